@@ -1,0 +1,15 @@
+// Built instead of the CUDA sources when the project is configured without CUDA
+// (FLASH_KDA_ENABLE_CUDA=OFF): the CUDA backend then reports itself unavailable.
+#include "../api/backends.h"
+
+namespace flash_kda::cuda {
+
+size_t workspace_size(const FwdParams&) { return 0; }
+
+Status fwd(const FwdParams&, cudaStream_t) {
+  return {StatusCode::kUnsupported, "backend: this build of flash-kda has no CUDA backend"};
+}
+
+bool available() { return false; }
+
+}  // namespace flash_kda::cuda

@@ -1,0 +1,193 @@
+// Consumer role of the sm90 forward: the state-dependent part of every chunk, on 16 rows of the
+// V x K state held in registers as the fp32 accumulator of tf32 MMAs (m16n8k8).
+//
+// With S the state at the chunk start (rows v of this warp), per chunk:
+//   step 1   X  = S k_tilde^T - v^T,  Xq = S q_tilde^T          [16 x 16] each, k = 128 channels
+//   step 2   U^T = X (-T)^T = (v - S k_tilde^T)^T-solve          [16 x 16], k = 16 tokens
+//   step 3   O^T = Xq + U^T M^T                                  -> out (bf16)
+//   step 4   S  = S Diag(gamma) + U^T k_dec                      [16 x 128], k = 16 tokens
+//
+// Channel order: an accumulator tile holds columns (2t, 2t+1) in lane t of a quad, while a tf32
+// A fragment wants k positions (t, t+4). Reading accumulator columns 2t, 2t+1 as k positions t,
+// t+4 is a permutation of the contraction index inside each 8-block; every B operand is loaded
+// with the same permutation (the adjacent pair [8j + 2t, 8j + 2t + 1] as one 8-byte load), so the
+// state feeds the next product straight from registers.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "../common/ptx.cuh"
+#include "kda_fwd_scheduler.cuh"
+#include "kda_fwd_traits.cuh"
+
+namespace flash_kda::cuda::sm90 {
+
+template <class Tr>
+struct KdaConsumer {
+  using Smem = typename Tr::Smem;
+  static constexpr int C = Tr::kChunk;
+  static constexpr int D = Tr::kDim;
+  static constexpr int kTiles = D / 8;  // n8 tiles of the state
+
+  const KdaFwdArgs& a;
+  const WorkUnit& w;
+  Smem& sm;
+  int cwarp, lane, g, t4;
+  int nchunks;
+
+  __device__ KdaConsumer(const KdaFwdArgs& args, const WorkUnit& work, Smem& smem, int warp, int ln)
+      : a(args), w(work), sm(smem), cwarp(warp), lane(ln), g(ln >> 2), t4(ln & 3),
+        nchunks(int((work.len + C - 1) / C)) {}
+
+  __device__ int64_t state_offset() const {  // element offset of this warp's first state row
+    return ((int64_t(w.seq) * a.heads_v + w.hv) * D + w.slice * Tr::kVRows + cwarp * 16) * D;
+  }
+
+  __device__ void load_state(float (&S)[kTiles][4]) const {
+    if (a.initial_state == nullptr) {
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) S[j][0] = S[j][1] = S[j][2] = S[j][3] = 0.f;
+      return;
+    }
+    const int64_t base = state_offset();
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      const int64_t o0 = base + int64_t(g) * D + 8 * j + 2 * t4, o1 = o0 + 8 * D;
+      if (a.state_fp32) {
+        const float* s = static_cast<const float*>(a.initial_state);
+        const float2 lo = *reinterpret_cast<const float2*>(s + o0), hi = *reinterpret_cast<const float2*>(s + o1);
+        S[j][0] = lo.x, S[j][1] = lo.y, S[j][2] = hi.x, S[j][3] = hi.y;
+      } else {
+        const __nv_bfloat16* s = static_cast<const __nv_bfloat16*>(a.initial_state);
+        const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(s + o0));
+        const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(s + o1));
+        S[j][0] = lo.x, S[j][1] = lo.y, S[j][2] = hi.x, S[j][3] = hi.y;
+      }
+    }
+  }
+
+  __device__ void store_state(const float (&S)[kTiles][4]) const {
+    if (a.final_state == nullptr) return;
+    const int64_t base = state_offset();
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      const int64_t o0 = base + int64_t(g) * D + 8 * j + 2 * t4, o1 = o0 + 8 * D;
+      if (a.state_fp32) {
+        float* s = static_cast<float*>(a.final_state);
+        *reinterpret_cast<float2*>(s + o0) = make_float2(S[j][0], S[j][1]);
+        *reinterpret_cast<float2*>(s + o1) = make_float2(S[j][2], S[j][3]);
+      } else {
+        __nv_bfloat16* s = static_cast<__nv_bfloat16*>(a.final_state);
+        *reinterpret_cast<__nv_bfloat162*>(s + o0) = __floats2bfloat162_rn(S[j][0], S[j][1]);
+        *reinterpret_cast<__nv_bfloat162*>(s + o1) = __floats2bfloat162_rn(S[j][2], S[j][3]);
+      }
+    }
+  }
+
+  // 8-byte B-fragment load: the pair (b0, b1) = (m[n][kp], m[n][kp + 1]).
+  template <int kPitch>
+  __device__ static float2 pair(const float (*m)[kPitch], int n, int kp) {
+    return *reinterpret_cast<const float2*>(&m[n][kp]);
+  }
+
+  __device__ void run() {
+    float S[kTiles][4];
+    load_state(S);  // the whole slice is read before anything is written: in-place updates are safe
+    const int vrow = cwarp * 16 + g;  // this lane's first state row within the CTA's slice
+    for (int i = 0; i < nchunks; ++i) {
+      const int s = i % Tr::kStages;
+      ptx::bar_sync(Tr::kBarFull0 + s, Tr::kThreads);
+      const typename Tr::Stage& st = sm.stage[s];
+
+      // step 1: xk = S k_tilde^T - v^T, xq = S q_tilde^T
+      float xk[2][4], xq[2][4];
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        const float2 lo = pair(st.neg_v_t, vrow, 8 * n + 2 * t4), hi = pair(st.neg_v_t, vrow + 8, 8 * n + 2 * t4);
+        xk[n][0] = lo.x, xk[n][1] = lo.y, xk[n][2] = hi.x, xk[n][3] = hi.y;
+        xq[n][0] = xq[n][1] = xq[n][2] = xq[n][3] = 0.f;
+      }
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        const float a0 = ptx::round_tf32(S[j][0]), a1 = ptx::round_tf32(S[j][2]);
+        const float a2 = ptx::round_tf32(S[j][1]), a3 = ptx::round_tf32(S[j][3]);
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          const float2 bk = pair(st.k_tilde, 8 * n + g, 8 * j + 2 * t4);
+          ptx::mma_tf32(xk[n], a0, a1, a2, a3, bk.x, bk.y);
+          const float2 bq = pair(st.q_tilde, 8 * n + g, 8 * j + 2 * t4);
+          ptx::mma_tf32(xq[n], a0, a1, a2, a3, bq.x, bq.y);
+        }
+      }
+
+      // step 2: U^T = xk (-T)^T
+      float u[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        const float a0 = ptx::round_tf32(xk[kk][0]), a1 = ptx::round_tf32(xk[kk][2]);
+        const float a2 = ptx::round_tf32(xk[kk][1]), a3 = ptx::round_tf32(xk[kk][3]);
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          const float2 b = pair(st.neg_t, 8 * n + g, 8 * kk + 2 * t4);
+          ptx::mma_tf32(u[n], a0, a1, a2, a3, b.x, b.y);
+        }
+      }
+      float ua[2][4];
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        ua[kk][0] = ptx::round_tf32(u[kk][0]), ua[kk][1] = ptx::round_tf32(u[kk][2]);
+        ua[kk][2] = ptx::round_tf32(u[kk][1]), ua[kk][3] = ptx::round_tf32(u[kk][3]);
+      }
+
+      // step 3: O^T = xq + U^T M^T
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          const float2 b = pair(st.m, 8 * n + g, 8 * kk + 2 * t4);
+          ptx::mma_tf32(xq[n], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
+        }
+
+      // step 4: S = S Diag(gamma) + U^T k_dec
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        const float2 gm = *reinterpret_cast<const float2*>(&st.gamma[8 * j + 2 * t4]);
+        S[j][0] *= gm.x, S[j][1] *= gm.y, S[j][2] *= gm.x, S[j][3] *= gm.y;
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          const float2 b = pair(st.k_dec_t, 8 * j + g, 8 * kk + 2 * t4);
+          ptx::mma_tf32(S[j], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
+        }
+      }
+      if (i + Tr::kStages < nchunks) ptx::bar_arrive(Tr::kBarEmpty0 + s, Tr::kThreads);
+
+      store_output(xq, i);
+    }
+    store_state(S);
+  }
+
+  // Stages the warp's 16 rows x 16 tokens of O^T through shared memory so that every lane writes
+  // 16 contiguous bytes (8 value channels of one token).
+  __device__ void store_output(const float (&o)[2][4], int i) {
+    uint16_t(*stage)[16] = sm.out_stage[cwarp];
+    __syncwarp();
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const int t = 8 * n + 2 * t4;
+      stage[t][g] = __bfloat16_as_ushort(__float2bfloat16_rn(o[n][0]));
+      stage[t + 1][g] = __bfloat16_as_ushort(__float2bfloat16_rn(o[n][1]));
+      stage[t][g + 8] = __bfloat16_as_ushort(__float2bfloat16_rn(o[n][2]));
+      stage[t + 1][g + 8] = __bfloat16_as_ushort(__float2bfloat16_rn(o[n][3]));
+    }
+    __syncwarp();
+    const int t = lane >> 1, half = lane & 1;
+    const int64_t tok = int64_t(i) * C + t;
+    if (tok < w.len) {
+      uint16_t* dst = a.out + w.row * a.out_s[0] + (w.begin + tok) * a.out_s[1] + int64_t(w.hv) * a.out_s[2] +
+                      w.slice * Tr::kVRows + cwarp * 16 + half * 8;
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&stage[t][half * 8]);
+    }
+  }
+};
+
+}  // namespace flash_kda::cuda::sm90

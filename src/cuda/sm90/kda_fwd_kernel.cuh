@@ -1,0 +1,29 @@
+// The sm90 forward kernel: a scheduler picks the work unit, warps 0-3 take the producer role and
+// the remaining warps the consumer role (see kda_fwd_traits.cuh for the shape of a CTA).
+#pragma once
+
+#include "kda_fwd_consumer.cuh"
+#include "kda_fwd_producer.cuh"
+#include "kda_fwd_scheduler.cuh"
+#include "kda_fwd_traits.cuh"
+
+namespace flash_kda::cuda::sm90 {
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads, 1) kda_fwd_kernel(const __grid_constant__ KdaFwdArgs args) {
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  auto& sm = *reinterpret_cast<typename Tr::Smem*>(smem_bytes);
+  const WorkUnit work = schedule_work(args);
+  const int warp = threadIdx.x >> 5;
+  if (warp < Tr::kProducerWarps) {
+    KdaProducer<Tr>(args, work, sm, threadIdx.x).run();
+  } else {
+    KdaConsumer<Tr>(args, work, sm, warp - Tr::kProducerWarps, threadIdx.x & 31).run();
+  }
+}
+
+// Host-side launcher of one instantiation (defined in kda_fwd_sm90.cu).
+template <int kConsumerWarps>
+cudaError_t launch_kda_fwd(const KdaFwdArgs& args, int64_t num_units, cudaStream_t stream);
+
+}  // namespace flash_kda::cuda::sm90

@@ -1,0 +1,48 @@
+// Tile scheduler of the sm90 forward: which (sequence, value head, state slice) a CTA owns, and
+// the token range of that sequence, read on the device (no host read of cu_seqlens).
+#pragma once
+
+#include "kda_fwd_traits.cuh"
+
+namespace flash_kda::cuda::sm90 {
+
+struct WorkUnit {
+  int seq;        // n: index into the state tensors
+  int hv;         // value head
+  int slice;      // which kVRows rows of the state
+  int64_t row;    // batch row of the activations
+  int64_t begin;  // first token (within the batch row)
+  int64_t len;    // tokens in the sequence (0 for an empty one)
+};
+
+__device__ __forceinline__ int64_t load_cu_seqlen(const KdaFwdArgs& a, int i) {
+  return a.cu_seqlens_i64 ? static_cast<const int64_t*>(a.cu_seqlens)[i]
+                          : static_cast<int64_t>(static_cast<const int32_t*>(a.cu_seqlens)[i]);
+}
+
+// Heads and slices of one sequence are adjacent in launch order, so the CTAs sharing a sequence's
+// q/k/g tiles run together and those tiles are read from L2 after the first CTA fetches them.
+__device__ __forceinline__ WorkUnit schedule_work(const KdaFwdArgs& a) {
+  WorkUnit w;
+  const int unit = blockIdx.x;
+  w.slice = unit % a.slices;
+  w.hv = (unit / a.slices) % a.heads_v;
+  w.seq = unit / (a.slices * a.heads_v);
+  if (a.cu_seqlens) {
+    // Offsets are clamped into [0, T] so that malformed cu_seqlens cannot cause out-of-bounds
+    // accesses; their contents are validated on the host by the Python layer (docs/api.md).
+    int64_t b = load_cu_seqlen(a, w.seq), e = load_cu_seqlen(a, w.seq + 1);
+    b = b < 0 ? 0 : (b > a.seqlen ? a.seqlen : b);
+    e = e < b ? b : (e > a.seqlen ? a.seqlen : e);
+    w.row = 0;
+    w.begin = b;
+    w.len = e - b;
+  } else {
+    w.row = w.seq;
+    w.begin = 0;
+    w.len = a.seqlen;
+  }
+  return w;
+}
+
+}  // namespace flash_kda::cuda::sm90

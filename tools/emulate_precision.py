@@ -1,0 +1,129 @@
+"""Emulates, in NumPy, the rounding points of the CUDA forward (C-token chunks, tensor-core operands
+rounded to bf16 or tf32, fp32 accumulation) and measures its error against the float64 recurrence.
+
+Used to choose the operand precision of each product before spending GPU time; see docs/kernel.md.
+    python tools/emulate_precision.py [--T 2048] [--H 4] [--chunk 16]
+"""
+import argparse
+
+import ml_dtypes
+import numpy as np
+
+
+def bf16(x):
+    return np.asarray(x, np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+def tf32(x):
+    x = np.asarray(x, np.float32)
+    b = x.view(np.uint32).astype(np.uint64)
+    b = (b + 0xFFF + ((b >> 13) & 1)) & 0xFFFFE000
+    return b.astype(np.uint32).view(np.float32)
+
+
+def fp32(x):
+    return np.asarray(x, np.float32)
+
+
+def inputs(rng, T, H, K, lb):
+    q = bf16(rng.standard_normal((T, H, K)))
+    k = bf16(rng.standard_normal((T, H, K)))
+    v = bf16(rng.standard_normal((T, H, K)))
+    g = bf16(rng.standard_normal((T, H, K)))
+    beta = bf16(rng.standard_normal((T, H)))
+    A_log = rng.uniform(0, 1, H).astype(np.float32)
+    dt_bias = rng.uniform(0, 1, (H, K)).astype(np.float32)
+    s0 = rng.standard_normal((H, K, K)).astype(np.float32)
+    return q, k, v, g, beta, A_log, dt_bias, s0
+
+
+def prep(q, k, g, beta, A_log, dt_bias, lb, scale):
+    q = q.astype(np.float64); k = k.astype(np.float64)
+    qh = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6)
+    kh = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
+    x = np.exp(A_log.astype(np.float64))[None, :, None] * (g + dt_bias[None])
+    a = lb / (1 + np.exp(-x))
+    b = 1 / (1 + np.exp(-beta.astype(np.float64)))
+    return qh * scale, kh, a, b
+
+
+def reference(q, k, v, g, beta, A_log, dt_bias, s0, lb, scale):
+    qs, kh, a, b = prep(q, k, g, beta, A_log, dt_bias, lb, scale)
+    T, H, K = q.shape
+    S = s0.astype(np.float64).copy()
+    out = np.zeros((T, H, K))
+    for t in range(T):
+        S *= np.exp(a[t])[:, None, :]
+        pred = np.einsum("hvk,hk->hv", S, kh[t])
+        S += (b[t][:, None] * (v[t] - pred))[:, :, None] * kh[t][:, None, :]
+        out[t] = np.einsum("hvk,hk->hv", S, qs[t])
+    return out, S
+
+
+def chunked(q, k, v, g, beta, A_log, dt_bias, s0, lb, scale, C, R_state, R_qk, R_w, R_t, R_u, R_kdec, R_m, R_am=None, R_uo=None):
+    qs, kh, a, b = prep(q, k, g, beta, A_log, dt_bias, lb, scale)
+    qs, kh, a, b = fp32(qs), fp32(kh), fp32(a), fp32(b)
+    T, H, K = q.shape
+    S = s0.astype(np.float32).copy()
+    out = np.zeros((T, H, K), np.float32)
+    for c0 in range(0, T, C):
+        c1 = min(T, c0 + C)
+        n = c1 - c0
+        G = np.cumsum(a[c0:c1].transpose(1, 0, 2), axis=1)          # [H, n, K]
+        e = np.exp(G); r = 1 / e; gam = e[:, -1]                     # [H, K]
+        kc = kh[c0:c1].transpose(1, 0, 2); qc = qs[c0:c1].transpose(1, 0, 2)
+        R_am = R_am or R_qk
+        Kt = R_qk(kc * e); Qt = R_qk(qc * e)
+        Kd = R_kdec(kc * (gam[:, None, :] * r))
+        A = np.einsum("htc,hsc->hts", R_am(kc * e), R_am(kc * r))
+        Mq = np.einsum("htc,hsc->hts", R_am(qc * e), R_am(kc * r))
+        tril = np.tril(np.ones((n, n), bool), -1)
+        A = np.where(tril, A, 0); Mq = R_m(np.where(np.tril(np.ones((n, n), bool)), Mq, 0))
+        bc = b[c0:c1].T                                               # [H, n]
+        L = bc[:, :, None] * A
+        Tm = np.linalg.inv(np.eye(n)[None] + L.astype(np.float64)) * bc[:, None, :]
+        Tm = R_t(Tm)
+        Sb = R_state(S)
+        Xk = np.einsum("hvc,htc->hvt", Sb, Kt)                        # [H, V, n]
+        Xq = np.einsum("hvc,htc->hvt", Sb, Qt)
+        W = R_w(v[c0:c1].transpose(1, 2, 0) - Xk)
+        Uf = np.einsum("hvs,hts->hvt", W, Tm)                        # [H, V, n]
+        Ut = R_u(Uf)
+        O = Xq + np.einsum("hvs,hts->hvt", (R_uo or R_u)(Uf), Mq)
+        out[c0:c1] = O.transpose(2, 0, 1)
+        S = S * gam[:, None, :] + np.einsum("hvt,htc->hvc", Ut, Kd)
+    return bf16(out), S
+
+
+def rel(x, ref):
+    return float(np.linalg.norm(x - ref) / np.linalg.norm(ref))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--T", type=int, default=1024)
+    ap.add_argument("--H", type=int, default=4)
+    ap.add_argument("--chunk", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=None)
+    args = ap.parse_args()
+    rng = np.random.default_rng(args.seed)
+    K = 128; lb = -5.0; scale = K ** -0.5
+    x = inputs(rng, args.T, args.H, K, lb)
+    ref_o, ref_s = reference(*x, lb, scale)
+    variants = {
+        "all fp32": dict(R_state=fp32, R_qk=fp32, R_w=fp32, R_t=fp32, R_u=fp32, R_kdec=fp32, R_m=fp32),
+        "all bf16": dict(R_state=bf16, R_qk=bf16, R_w=bf16, R_t=bf16, R_u=bf16, R_kdec=bf16, R_m=bf16),
+        "state tf32, rest bf16": dict(R_state=tf32, R_qk=bf16, R_w=bf16, R_t=bf16, R_u=bf16, R_kdec=bf16, R_m=bf16),
+        "state+qk tf32": dict(R_state=tf32, R_qk=tf32, R_w=bf16, R_t=bf16, R_u=bf16, R_kdec=bf16, R_m=bf16),
+        "state+qk+kdec tf32": dict(R_state=tf32, R_qk=tf32, R_w=bf16, R_t=bf16, R_u=bf16, R_kdec=tf32, R_m=bf16),
+        "all tf32": dict(R_state=tf32, R_qk=tf32, R_w=tf32, R_t=tf32, R_u=tf32, R_kdec=tf32, R_m=tf32),
+        "bf16, W/T/U/M tf32": dict(R_state=bf16, R_qk=bf16, R_w=tf32, R_t=tf32, R_u=tf32, R_kdec=bf16, R_m=tf32),
+    }
+    print(f"T={args.T} H={args.H} C={args.chunk}")
+    for name, kw in variants.items():
+        o, s = chunked(*x, lb, scale, args.chunk, **kw)
+        print(f"{name:28s} out {rel(o, ref_o):.2e}  state {rel(s, ref_s):.2e}")
+
+
+if __name__ == "__main__":
+    main()

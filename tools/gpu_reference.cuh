@@ -1,0 +1,70 @@
+// A plain fp32 per-token recurrence on the GPU, written straight from the contract's equations.
+// It stands in for the float64 reference on cases too large for the CPU; kda_gpu_check first shows
+// that it agrees with the float64 reference on small cases.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "flash_kda/flash_kda.h"
+
+namespace flash_kda::tools {
+
+struct RecurrenceArgs {
+  const __nv_bfloat16 *q, *k, *v, *g, *beta;
+  const float *A_log, *dt_bias;
+  const float* initial_state;  // fp32 or nullptr
+  float* final_state;          // fp32 [N, HV, 128, 128]
+  float* out;                  // fp32 [total tokens, HV, 128] (token index as in the inputs)
+  const int64_t* starts;       // [N] first token (flat index over B*T)
+  const int64_t* lens;         // [N]
+  int H, HV;
+  float scale, lower_bound;
+};
+
+// One block of 128 threads per (sequence, value head); thread v owns state row v in shared memory.
+__global__ void recurrence_kernel(RecurrenceArgs a) {
+  constexpr int D = 128;
+  __shared__ float S[D][D + 1];
+  __shared__ float k_hat[D], q_hat[D], alpha[D], red[2][4];
+  const int n = blockIdx.x / a.HV, hv = blockIdx.x % a.HV, hq = hv / (a.HV / a.H);
+  const int v = threadIdx.x, lane = v & 31, warp = v >> 5;
+  for (int c = 0; c < D; ++c)
+    S[v][c] = a.initial_state ? a.initial_state[((int64_t(n) * a.HV + hv) * D + v) * D + c] : 0.f;
+  const float exp_a = expf(a.A_log[hv]);
+  for (int64_t i = 0; i < a.lens[n]; ++i) {
+    const int64_t tok = a.starts[n] + i;
+    const float qc = __bfloat162float(a.q[(tok * a.H + hq) * D + v]);
+    const float kc = __bfloat162float(a.k[(tok * a.H + hq) * D + v]);
+    float sq = qc * qc, sk = kc * kc;
+    for (int o = 16; o > 0; o >>= 1) {
+      sq += __shfl_xor_sync(0xffffffffu, sq, o);
+      sk += __shfl_xor_sync(0xffffffffu, sk, o);
+    }
+    if (lane == 0) red[0][warp] = sq, red[1][warp] = sk;
+    const float x = exp_a * (__bfloat162float(a.g[(tok * a.HV + hv) * D + v]) + a.dt_bias[hv * D + v]);
+    alpha[v] = expf(a.lower_bound / (1.f + expf(-x)));
+    __syncthreads();
+    const float nq = sqrtf(red[0][0] + red[0][1] + red[0][2] + red[0][3] + 1e-6f);
+    const float nk = sqrtf(red[1][0] + red[1][1] + red[1][2] + red[1][3] + 1e-6f);
+    q_hat[v] = qc / nq;
+    k_hat[v] = kc / nk;
+    __syncthreads();
+    const float beta = 1.f / (1.f + expf(-__bfloat162float(a.beta[tok * a.HV + hv])));
+    float pred = 0.f;
+    for (int c = 0; c < D; ++c) {
+      S[v][c] *= alpha[c];
+      pred += S[v][c] * k_hat[c];
+    }
+    const float delta = beta * (__bfloat162float(a.v[(tok * a.HV + hv) * D + v]) - pred);
+    float o = 0.f;
+    for (int c = 0; c < D; ++c) {
+      S[v][c] += delta * k_hat[c];
+      o += S[v][c] * q_hat[c];
+    }
+    a.out[(tok * a.HV + hv) * D + v] = a.scale * o;
+    __syncthreads();
+  }
+  for (int c = 0; c < D; ++c) a.final_state[((int64_t(n) * a.HV + hv) * D + v) * D + c] = S[v][c];
+}
+
+}  // namespace flash_kda::tools

@@ -1,0 +1,673 @@
+// GPU checks and benchmark of the CUDA forward, with no Python needed (runs from the build folder).
+//
+//   kda_gpu_check check      correctness: SPEC edge cases against the float64 CPU reference, the
+//                            fp32 GPU recurrence against float64 on small cases, and BENCH cases
+//                            against the fp32 GPU recurrence; outputs poisoned before each call
+//   kda_gpu_check sanitize   one small varlen case (for compute-sanitizer memcheck / racecheck)
+//   kda_gpu_check bench [--reps N] [--json FILE] [case ...]
+//                            BENCH.md prefill cases: median time, copy floor in the same run
+//
+// Exit code 0 only if every check passed.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../src/common/bf16.h"
+#include "flash_kda/flash_kda.h"
+#include "gpu_reference.cuh"
+
+using namespace flash_kda;
+
+#define CUDA_OK(x)                                                                      \
+  do {                                                                                  \
+    cudaError_t e_ = (x);                                                               \
+    if (e_ != cudaSuccess) {                                                            \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(2);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+namespace {
+
+constexpr int D = 128;
+
+struct Case {
+  std::string name;
+  std::vector<int64_t> lens;  // varlen lengths; empty with batch > 0 means fixed batch
+  int64_t batch = 0, seqlen = 0;
+  int H = 4, HV = 0;
+  DType state = DType::kF32;  // kNone: no states
+  bool initial = true, in_place = false, i32 = false;
+  float g_shift = 0.f, v_scale = 1.f;
+  bool zero_key = false, packed_qkv = false;
+  float lower_bound = -5.f;
+};
+
+struct Host {  // inputs and outputs of one case on the host
+  int64_t B, T, N, H, HV;
+  std::vector<uint16_t> q, k, v, g, beta, out;
+  std::vector<float> A_log, dt_bias, s0, s1;  // states kept as fp32 values
+  std::vector<int64_t> cu;
+};
+
+std::mt19937_64& rng() {
+  static std::mt19937_64 r([] {
+    const uint64_t seed = std::random_device{}();
+    std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+    return seed;
+  }());
+  return r;
+}
+
+void fill_normal(std::vector<uint16_t>& x, size_t n, float mul = 1.f, float add = 0.f) {
+  std::normal_distribution<float> d;
+  x.resize(n);
+  for (auto& e : x) e = float_to_bf16(d(rng()) * mul + add);
+}
+
+Host make_inputs(const Case& c) {
+  Host h;
+  h.H = c.H;
+  h.HV = c.HV ? c.HV : c.H;
+  if (!c.lens.empty()) {
+    h.B = 1;
+    h.cu.push_back(0);
+    for (int64_t l : c.lens) h.cu.push_back(h.cu.back() + l);
+    h.T = h.cu.back();
+    h.N = int64_t(c.lens.size());
+  } else {
+    h.B = c.batch, h.T = c.seqlen, h.N = c.batch;
+  }
+  const int64_t tok = h.B * h.T;
+  fill_normal(h.q, tok * h.H * D);
+  fill_normal(h.k, tok * h.H * D);
+  fill_normal(h.v, tok * h.HV * D, c.v_scale);
+  fill_normal(h.g, tok * h.HV * D, 1.f, c.g_shift);
+  fill_normal(h.beta, tok * h.HV);
+  if (c.zero_key && tok > 0)
+    for (int i = 0; i < D; ++i) h.k[(tok / 2 * h.H) * D + i] = 0;
+  std::uniform_real_distribution<float> u(0.f, 1.f);
+  h.A_log.resize(h.HV);
+  h.dt_bias.resize(h.HV * D);
+  for (auto& e : h.A_log) e = u(rng());
+  for (auto& e : h.dt_bias) e = u(rng());
+  std::normal_distribution<float> nd;
+  h.s0.resize(h.N * h.HV * D * D);
+  for (auto& e : h.s0) e = nd(rng());
+  if (c.state == DType::kBF16)
+    for (auto& e : h.s0) e = bf16_to_float(float_to_bf16(e));
+  return h;
+}
+
+template <typename T>
+T* upload(const std::vector<T>& x) {
+  T* d = nullptr;
+  CUDA_OK(cudaMalloc(&d, std::max<size_t>(x.size(), 1) * sizeof(T)));
+  if (!x.empty()) CUDA_OK(cudaMemcpy(d, x.data(), x.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+template <typename T>
+std::vector<T> download(const T* d, size_t n) {
+  std::vector<T> x(n);
+  if (n) CUDA_OK(cudaMemcpy(x.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return x;
+}
+
+std::vector<uint16_t> state_to_bf16(const std::vector<float>& s) {
+  std::vector<uint16_t> r(s.size());
+  for (size_t i = 0; i < s.size(); ++i) r[i] = float_to_bf16(s[i]);
+  return r;
+}
+
+// Fills params for host or device buffers (identical layouts).
+FwdParams make_params(const Case& c, const Host& h) {
+  FwdParams p;
+  p.batch = h.B, p.seqlen = h.T, p.heads = h.H, p.heads_v = h.HV;
+  p.scale = 1.f / std::sqrt(float(D));
+  p.lower_bound = c.lower_bound;
+  p.state_dtype = c.state;
+  if (!h.cu.empty()) {
+    p.num_seqs = h.N;
+    p.cu_seqlens_dtype = c.i32 ? DType::kI32 : DType::kI64;
+  }
+  return p;
+}
+
+struct Result {
+  std::vector<float> out;    // [B*T*HV*D]
+  std::vector<float> state;  // [N*HV*D*D] (empty when not produced)
+};
+
+std::vector<float> bf16_vec_to_float(const std::vector<uint16_t>& x) {
+  std::vector<float> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = bf16_to_float(x[i]);
+  return r;
+}
+
+// Runs one backend on the case. For kCuda, buffers are uploaded, outputs poisoned with NaN.
+Result run_backend(const Case& c, const Host& h, Backend backend, bool* all_written) {
+  FwdParams p = make_params(c, h);
+  p.backend = backend;
+  const int64_t tok = h.B * h.T;
+  const size_t n_state = h.N * h.HV * D * D;
+  const bool states = c.state != DType::kNone;
+  const bool f32 = c.state == DType::kF32;
+  std::vector<int32_t> cu32(h.cu.begin(), h.cu.end());
+  // qkv packed as [B, T, 3, H, D] when asked: q, k, v become strided views (HV == H).
+  std::vector<uint16_t> qkv;
+  if (c.packed_qkv) {
+    qkv.resize(tok * 3 * h.H * D);
+    for (int64_t t = 0; t < tok; ++t)
+      for (int64_t i = 0; i < h.H * D; ++i) {
+        qkv[(t * 3 + 0) * h.H * D + i] = h.q[t * h.H * D + i];
+        qkv[(t * 3 + 1) * h.H * D + i] = h.k[t * h.H * D + i];
+        qkv[(t * 3 + 2) * h.H * D + i] = h.v[t * h.H * D + i];
+      }
+    ActStrides s{h.T * 3 * h.H * D, 3 * h.H * D, D};
+    p.q_strides = p.k_strides = p.v_strides = s;
+  }
+  std::vector<uint16_t> out(tok * h.HV * D, 0xffff);  // NaN poison
+  std::vector<uint16_t> s0b = state_to_bf16(h.s0), s1b(n_state, 0xffff);
+  std::vector<float> s1f(n_state, std::nanf(""));
+  Result r;
+  if (backend == Backend::kCuda) {
+    uint16_t *dq, *dk, *dv, *dqkv = nullptr;
+    if (c.packed_qkv) {
+      dqkv = upload(qkv);
+      dq = dqkv, dk = dqkv + h.H * D, dv = dqkv + 2 * h.H * D;
+    } else {
+      dq = upload(h.q), dk = upload(h.k), dv = upload(h.v);
+    }
+    uint16_t *dg = upload(h.g), *dbeta = upload(h.beta), *dout = upload(out);
+    float *dA = upload(h.A_log), *ddt = upload(h.dt_bias);
+    void *ds0 = nullptr, *ds1 = nullptr, *dcu = nullptr;
+    if (states) {
+      ds0 = f32 ? static_cast<void*>(upload(h.s0)) : static_cast<void*>(upload(s0b));
+      ds1 = c.in_place ? ds0 : (f32 ? static_cast<void*>(upload(s1f)) : static_cast<void*>(upload(s1b)));
+    }
+    if (!h.cu.empty()) dcu = c.i32 ? static_cast<void*>(upload(cu32)) : static_cast<void*>(upload(h.cu));
+    p.q = dq, p.k = dk, p.v = dv, p.g = dg, p.beta = dbeta, p.out = dout, p.A_log = dA, p.dt_bias = ddt;
+    p.initial_state = c.initial ? ds0 : nullptr;
+    p.final_state = ds1;
+    p.cu_seqlens = dcu;
+    Status st = fwd(p, nullptr);
+    if (!st.ok()) {
+      std::printf("  fwd failed: %s\n", st.message.c_str());
+      std::exit(1);
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    out = download(dout, out.size());
+    if (states) {
+      if (f32) {
+        r.state = download(static_cast<float*>(ds1), n_state);
+      } else {
+        r.state = bf16_vec_to_float(download(static_cast<uint16_t*>(ds1), n_state));
+      }
+    }
+    for (void* ptr : {static_cast<void*>(dqkv ? dqkv : dq), static_cast<void*>(dqkv ? nullptr : dk),
+                      static_cast<void*>(dqkv ? nullptr : dv), static_cast<void*>(dg), static_cast<void*>(dbeta),
+                      static_cast<void*>(dout), static_cast<void*>(dA), static_cast<void*>(ddt), ds0,
+                      c.in_place ? nullptr : ds1, dcu})
+      if (ptr) cudaFree(ptr);
+  } else {
+    std::vector<float> s0f = h.s0;
+    if (c.packed_qkv) {
+      p.q = qkv.data(), p.k = qkv.data() + h.H * D, p.v = qkv.data() + 2 * h.H * D;
+    } else {
+      p.q = h.q.data(), p.k = h.k.data(), p.v = h.v.data();
+    }
+    p.g = h.g.data(), p.beta = h.beta.data(), p.out = out.data();
+    p.A_log = h.A_log.data(), p.dt_bias = h.dt_bias.data();
+    void* s0p = states ? (f32 ? static_cast<void*>(s0f.data()) : static_cast<void*>(s0b.data())) : nullptr;
+    void* s1p = states ? (f32 ? static_cast<void*>(s1f.data()) : static_cast<void*>(s1b.data())) : nullptr;
+    p.initial_state = c.initial ? s0p : nullptr;
+    p.final_state = c.in_place ? s0p : s1p;
+    if (!h.cu.empty()) p.cu_seqlens = c.i32 ? static_cast<const void*>(cu32.data()) : h.cu.data();
+    Status st = fwd(p, nullptr);
+    if (!st.ok()) {
+      std::printf("  reference failed: %s\n", st.message.c_str());
+      std::exit(1);
+    }
+    if (states) {
+      const void* fin = p.final_state;
+      r.state = f32 ? std::vector<float>(static_cast<const float*>(fin), static_cast<const float*>(fin) + n_state)
+                    : bf16_vec_to_float(std::vector<uint16_t>(static_cast<const uint16_t*>(fin),
+                                                              static_cast<const uint16_t*>(fin) + n_state));
+    }
+  }
+  r.out = bf16_vec_to_float(out);
+  if (all_written) {
+    bool ok = true;
+    for (float x : r.out) ok &= std::isfinite(x);
+    for (float x : r.state) ok &= std::isfinite(x);
+    *all_written = ok;
+  }
+  return r;
+}
+
+// fp32 GPU recurrence (contiguous inputs only).
+Result run_gpu_recurrence(const Case& c, const Host& h) {
+  const int64_t tok = h.B * h.T;
+  std::vector<int64_t> starts(h.N), lens(h.N);
+  for (int64_t n = 0; n < h.N; ++n) {
+    starts[n] = h.cu.empty() ? n * h.T : h.cu[n];
+    lens[n] = h.cu.empty() ? h.T : h.cu[n + 1] - h.cu[n];
+  }
+  tools::RecurrenceArgs a{};
+  a.q = reinterpret_cast<const __nv_bfloat16*>(upload(h.q));
+  a.k = reinterpret_cast<const __nv_bfloat16*>(upload(h.k));
+  a.v = reinterpret_cast<const __nv_bfloat16*>(upload(h.v));
+  a.g = reinterpret_cast<const __nv_bfloat16*>(upload(h.g));
+  a.beta = reinterpret_cast<const __nv_bfloat16*>(upload(h.beta));
+  a.A_log = upload(h.A_log);
+  a.dt_bias = upload(h.dt_bias);
+  a.initial_state = (c.initial && c.state != DType::kNone) ? upload(h.s0) : nullptr;
+  CUDA_OK(cudaMalloc(&a.final_state, h.N * h.HV * D * D * sizeof(float)));
+  CUDA_OK(cudaMalloc(&a.out, std::max<int64_t>(tok, 1) * h.HV * D * sizeof(float)));
+  a.starts = upload(starts);
+  a.lens = upload(lens);
+  a.H = int(h.H), a.HV = int(h.HV);
+  a.scale = 1.f / std::sqrt(float(D));
+  a.lower_bound = c.lower_bound;
+  tools::recurrence_kernel<<<unsigned(h.N * h.HV), D>>>(a);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  Result r;
+  r.out = download(a.out, tok * h.HV * D);
+  if (c.state != DType::kNone) r.state = download(a.final_state, h.N * h.HV * D * D);
+  return r;
+}
+
+double rel(const std::vector<float>& x, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double d = double(x[i]) - ref[i];
+    num += d * d;
+    den += double(ref[i]) * ref[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// ---- device-side inputs for the large cases (host generation of ~10^9 normals would dominate) ----
+
+__device__ uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Standard normal (Box-Muller on a counter-based hash) * mul + add, stored as bf16.
+__global__ void fill_normal_kernel(__nv_bfloat16* x, int64_t n, uint64_t seed, float mul, float add) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint64_t h = splitmix64(seed ^ splitmix64(uint64_t(i)));
+    const float u1 = (float((h >> 40) & 0xffffff) + 1.f) * (1.f / 16777217.f);
+    const float u2 = float((h >> 8) & 0xffffff) * (1.f / 16777216.f);
+    x[i] = __float2bfloat16_rn(sqrtf(-2.f * logf(u1)) * cospif(2.f * u2) * mul + add);
+  }
+}
+
+__global__ void sq_err_kernel(const __nv_bfloat16* x, const float* ref, int64_t n, double* acc) {
+  double num = 0, den = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const double d = double(__bfloat162float(x[i])) - ref[i];
+    num += d * d;
+    den += double(ref[i]) * ref[i];
+  }
+  atomicAdd(&acc[0], num);
+  atomicAdd(&acc[1], den);
+}
+
+__global__ void sq_err_f32_kernel(const float* x, const float* ref, int64_t n, double* acc, int* nonfinite) {
+  double num = 0, den = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    if (!isfinite(x[i])) atomicAdd(nonfinite, 1);
+    const double d = double(x[i]) - ref[i];
+    num += d * d;
+    den += double(ref[i]) * ref[i];
+  }
+  atomicAdd(&acc[0], num);
+  atomicAdd(&acc[1], den);
+}
+
+__global__ void count_nonfinite_bf16(const __nv_bfloat16* x, int64_t n, int* count) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    if (!isfinite(__bfloat162float(x[i]))) atomicAdd(count, 1);
+}
+
+struct DeviceCase {  // a large case generated and kept on the device (contiguous, fp32 states)
+  int64_t B, T, N, H, tok;
+  std::vector<int64_t> cu;
+  __nv_bfloat16 *q, *k, *v, *g, *beta, *out;
+  float *A_log, *dt_bias, *s0, *s1;
+  int64_t* d_cu = nullptr;
+};
+
+template <typename T>
+T* dev_alloc(size_t n) {
+  T* p = nullptr;
+  CUDA_OK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+  return p;
+}
+
+DeviceCase make_device_case(const std::vector<int64_t>& lens, int64_t batch, int64_t seqlen, int H) {
+  DeviceCase d{};
+  d.H = H;
+  if (!lens.empty()) {
+    d.B = 1;
+    d.cu.push_back(0);
+    for (int64_t l : lens) d.cu.push_back(d.cu.back() + l);
+    d.T = d.cu.back();
+    d.N = int64_t(lens.size());
+    d.d_cu = upload(d.cu);
+  } else {
+    d.B = batch, d.T = seqlen, d.N = batch;
+  }
+  d.tok = d.B * d.T;
+  const uint64_t seed = rng()();
+  auto normal = [&](int64_t n, uint64_t salt, float mul, float add) {
+    auto* p = dev_alloc<__nv_bfloat16>(n);
+    fill_normal_kernel<<<1024, 256>>>(p, n, seed + salt, mul, add);
+    CUDA_OK(cudaGetLastError());
+    return p;
+  };
+  d.q = normal(d.tok * H * D, 1, 1.f, 0.f);
+  d.k = normal(d.tok * H * D, 2, 1.f, 0.f);
+  d.v = normal(d.tok * H * D, 3, 1.f, 0.f);
+  d.g = normal(d.tok * H * D, 4, 1.f, 0.f);
+  d.beta = normal(d.tok * H, 5, 1.f, 0.f);
+  d.out = dev_alloc<__nv_bfloat16>(d.tok * H * D);
+  std::uniform_real_distribution<float> u(0.f, 1.f);
+  std::normal_distribution<float> nd;
+  std::vector<float> A_log(H), dt(H * D), s0(d.N * H * D * D);
+  for (auto& e : A_log) e = u(rng());
+  for (auto& e : dt) e = u(rng());
+  for (auto& e : s0) e = nd(rng());
+  d.A_log = upload(A_log);
+  d.dt_bias = upload(dt);
+  d.s0 = upload(s0);
+  d.s1 = dev_alloc<float>(s0.size());
+  CUDA_OK(cudaDeviceSynchronize());
+  return d;
+}
+
+void free_device_case(DeviceCase& d) {
+  for (void* p : {static_cast<void*>(d.q), static_cast<void*>(d.k), static_cast<void*>(d.v), static_cast<void*>(d.g),
+                  static_cast<void*>(d.beta), static_cast<void*>(d.out), static_cast<void*>(d.A_log),
+                  static_cast<void*>(d.dt_bias), static_cast<void*>(d.s0), static_cast<void*>(d.s1),
+                  static_cast<void*>(d.d_cu)})
+    if (p) cudaFree(p);
+}
+
+FwdParams device_params(const DeviceCase& d) {
+  FwdParams p;
+  p.batch = d.B, p.seqlen = d.T, p.heads = d.H;
+  p.scale = 1.f / std::sqrt(float(D));
+  p.lower_bound = -5.f;
+  p.state_dtype = DType::kF32;
+  p.q = d.q, p.k = d.k, p.v = d.v, p.g = d.g, p.beta = d.beta, p.out = d.out;
+  p.A_log = d.A_log, p.dt_bias = d.dt_bias, p.initial_state = d.s0, p.final_state = d.s1;
+  if (d.d_cu) {
+    p.cu_seqlens = d.d_cu;
+    p.cu_seqlens_dtype = DType::kI64;
+    p.num_seqs = d.N;
+  }
+  p.backend = Backend::kCuda;
+  return p;
+}
+
+int g_failures = 0;
+
+void report(const char* what, const std::string& name, double e_out, double e_state, bool written, double tol_out,
+            double tol_state) {
+  const bool ok = written && e_out <= tol_out && e_state <= tol_state && std::isfinite(e_out) && std::isfinite(e_state);
+  std::printf("  %-7s %-34s out %.2e  state %.2e  written %s  %s\n", what, name.c_str(), e_out, e_state,
+              written ? "yes" : "NO", ok ? "ok" : "FAIL");
+  if (!ok) ++g_failures;
+}
+
+std::vector<Case> edge_cases() {
+  std::vector<Case> cs;
+  auto add = [&](Case c) { cs.push_back(c); };
+  Case c;
+  c = {}; c.name = "fixed B=2 T=100 H=4 fp32"; c.batch = 2; c.seqlen = 100; add(c);
+  c = {}; c.name = "spec varlen 300/17/700/1 fp32"; c.lens = {300, 17, 700, 1}; add(c);
+  c = {}; c.name = "varlen + empty, int32, bf16 state"; c.lens = {129, 0, 64, 5}; c.i32 = true; c.state = DType::kBF16; add(c);
+  c = {}; c.name = "T=1 B=3 H=2 no state"; c.batch = 3; c.seqlen = 1; c.H = 2; c.state = DType::kNone; add(c);
+  c = {}; c.name = "final only (no initial)"; c.lens = {50, 33}; c.initial = false; add(c);
+  c = {}; c.name = "in-place fp32 state varlen"; c.lens = {200, 31, 1, 90}; c.in_place = true; add(c);
+  c = {}; c.name = "in-place bf16 state"; c.lens = {77, 16}; c.in_place = true; c.state = DType::kBF16; add(c);
+  c = {}; c.name = "strong decay g+8"; c.batch = 2; c.seqlen = 150; c.g_shift = 8.f; add(c);
+  c = {}; c.name = "weak decay g-7 T=2000 H=2"; c.batch = 1; c.seqlen = 2000; c.H = 2; c.g_shift = -7.f; add(c);
+  c = {}; c.name = "large |v| x100"; c.batch = 1; c.seqlen = 300; c.v_scale = 100.f; add(c);
+  c = {}; c.name = "zero key row"; c.batch = 1; c.seqlen = 64; c.zero_key = true; add(c);
+  c = {}; c.name = "GVA HV=2H"; c.batch = 2; c.seqlen = 70; c.H = 2; c.HV = 4; add(c);
+  c = {}; c.name = "packed qkv strides"; c.batch = 2; c.seqlen = 90; c.packed_qkv = true; add(c);
+  c = {}; c.name = "lower_bound=-1"; c.batch = 1; c.seqlen = 100; c.lower_bound = -1.f; add(c);
+  {
+    c = {}; c.name = "many short (64 seqs 1..40)"; c.H = 2;
+    std::uniform_int_distribution<int> len(1, 40);
+    for (int i = 0; i < 64; ++i) c.lens.push_back(len(rng()));
+    add(c);
+  }
+  // Work-unit shapes: (sequence, head) pairs decide how many CTAs share one state (8, 4, 2, 1).
+  c = {}; c.name = "20 pairs (2 consumer warps)"; c.batch = 5; c.seqlen = 48; add(c);
+  c = {}; c.name = "40 pairs (4 consumer warps)"; c.batch = 10; c.seqlen = 40; add(c);
+  c = {}; c.name = "100 pairs (8 consumer warps)"; c.batch = 25; c.seqlen = 37; add(c);
+  return cs;
+}
+
+int run_checks() {
+  std::printf("== edge cases vs float64 CPU reference (CUDA backend)\n");
+  for (const Case& c : edge_cases()) {
+    const Host h = make_inputs(c);
+    bool written = false;
+    const Result ref = run_backend(c, h, Backend::kCpuReference, nullptr);
+    const Result got = run_backend(c, h, Backend::kCuda, &written);
+    const double tol_state = c.state == DType::kF32 ? 3e-3 : 8e-3;  // bf16 states: storage rounding
+    report("cuda", c.name, rel(got.out, ref.out), c.state == DType::kNone ? 0 : rel(got.state, ref.state), written,
+           4e-3, tol_state);
+    if (c.name.rfind("spec", 0) == 0 || c.name.rfind("weak", 0) == 0) {
+      const Result rec = run_gpu_recurrence(c, h);
+      report("gpu-f32", c.name, rel(rec.out, ref.out), rel(rec.state, ref.state), true, 4e-3, 3e-3);
+    }
+  }
+  std::printf("== BENCH cases vs the fp32 GPU recurrence (inputs generated on the device)\n");
+  struct Big {
+    const char* name;
+    std::vector<int64_t> lens;
+    int64_t batch, seqlen;
+    int H;
+  };
+  const std::vector<Big> big = {{"fixed96", {}, 1, 8192, 96},
+                                {"varlen6_64", {1300, 547, 2048, 963, 271, 3063}, 0, 0, 64},
+                                {"b16x2048_32", {}, 16, 2048, 32},
+                                {"fixed16", {}, 1, 8192, 16}};
+  for (const Big& b : big) {
+    DeviceCase d = make_device_case(b.lens, b.batch, b.seqlen, b.H);
+    // Recurrence reference.
+    std::vector<int64_t> starts(d.N), lens(d.N);
+    for (int64_t n = 0; n < d.N; ++n) {
+      starts[n] = d.cu.empty() ? n * d.T : d.cu[n];
+      lens[n] = d.cu.empty() ? d.T : d.cu[n + 1] - d.cu[n];
+    }
+    tools::RecurrenceArgs ra{};
+    ra.q = d.q, ra.k = d.k, ra.v = d.v, ra.g = d.g, ra.beta = d.beta, ra.A_log = d.A_log, ra.dt_bias = d.dt_bias;
+    ra.initial_state = d.s0;
+    ra.final_state = dev_alloc<float>(d.N * d.H * D * D);
+    ra.out = dev_alloc<float>(d.tok * d.H * D);
+    ra.starts = upload(starts);
+    ra.lens = upload(lens);
+    ra.H = ra.HV = int(d.H);
+    ra.scale = 1.f / std::sqrt(float(D));
+    ra.lower_bound = -5.f;
+    tools::recurrence_kernel<<<unsigned(d.N * d.H), D>>>(ra);
+    CUDA_OK(cudaGetLastError());
+    // Ours, on poisoned outputs.
+    CUDA_OK(cudaMemset(d.out, 0xff, d.tok * d.H * D * 2));
+    CUDA_OK(cudaMemset(d.s1, 0xff, d.N * d.H * D * D * 4));
+    Status st = fwd(device_params(d), nullptr);
+    if (!st.ok()) {
+      std::printf("  fwd failed: %s\n", st.message.c_str());
+      return 1;
+    }
+    double* acc = dev_alloc<double>(4);
+    int* bad = dev_alloc<int>(2);
+    CUDA_OK(cudaMemset(acc, 0, 4 * sizeof(double)));
+    CUDA_OK(cudaMemset(bad, 0, 2 * sizeof(int)));
+    sq_err_kernel<<<1024, 256>>>(d.out, ra.out, d.tok * d.H * D, acc);
+    count_nonfinite_bf16<<<1024, 256>>>(d.out, d.tok * d.H * D, bad);
+    sq_err_f32_kernel<<<1024, 256>>>(d.s1, ra.final_state, d.N * d.H * D * D, acc + 2, bad + 1);
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<double> e = download(acc, 4);
+    const std::vector<int> nb = download(bad, 2);
+    report("cuda", b.name, std::sqrt(e[0] / e[1]), std::sqrt(e[2] / e[3]), nb[0] == 0 && nb[1] == 0, 4e-3, 3e-3);
+    for (void* p : {static_cast<void*>(ra.final_state), static_cast<void*>(ra.out), static_cast<void*>(const_cast<int64_t*>(ra.starts)),
+                    static_cast<void*>(const_cast<int64_t*>(ra.lens)), static_cast<void*>(acc), static_cast<void*>(bad)})
+      cudaFree(p);
+    free_device_case(d);
+  }
+  std::printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "PASSED", g_failures);
+  return g_failures ? 1 : 0;
+}
+
+int run_sanitize() {
+  Case c;
+  c.name = "sanitize varlen";
+  c.lens = {37, 0, 70, 1, 16};
+  c.in_place = true;
+  const Host h = make_inputs(c);
+  bool written = false;
+  run_backend(c, h, Backend::kCuda, &written);
+  c.lens = {45, 3};
+  c.H = 40;  // 80 pairs: the 8-consumer-warp shape
+  c.in_place = false;
+  c.state = DType::kBF16;
+  const Host h2 = make_inputs(c);
+  bool written2 = false;
+  run_backend(c, h2, Backend::kCuda, &written2);
+  std::printf("sanitize run done, written %s\n", written && written2 ? "yes" : "NO");
+  return written && written2 ? 0 : 1;
+}
+
+struct BenchCase {
+  const char* id;
+  std::vector<int64_t> lens;
+  int64_t batch, seqlen;
+  int H;
+};
+
+float median(std::vector<float> x) {
+  std::sort(x.begin(), x.end());
+  return x[x.size() / 2];
+}
+
+int run_bench(int reps, const char* json_path, const std::vector<std::string>& only) {
+  const std::vector<BenchCase> cases = {
+      {"fixed96", {}, 1, 8192, 96},
+      {"varlen6_96", {1300, 547, 2048, 963, 271, 3063}, 0, 0, 96},
+      {"v1024x8_96", {1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024}, 0, 0, 96},
+      {"fixed64", {}, 1, 8192, 64},
+      {"varlen6_64", {1300, 547, 2048, 963, 271, 3063}, 0, 0, 64},
+      {"v1024x8_64", {1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024}, 0, 0, 64},
+      {"fixed32", {}, 1, 8192, 32},
+      {"b16x2048_32", {}, 16, 2048, 32},
+      {"long64k_32", {}, 1, 65536, 32},
+      {"fixed16", {}, 1, 8192, 16},
+  };
+  FILE* js = json_path ? std::fopen(json_path, "w") : nullptr;
+  if (js) std::fprintf(js, "[\n");
+  std::printf("%-12s %10s %10s %8s\n", "case", "ours ms", "floor ms", "ratio");
+  bool first = true;
+  cudaEvent_t e0, e1;
+  CUDA_OK(cudaEventCreate(&e0));
+  CUDA_OK(cudaEventCreate(&e1));
+  for (const BenchCase& bc : cases) {
+    if (!only.empty() && std::find(only.begin(), only.end(), bc.id) == only.end()) continue;
+    DeviceCase d = make_device_case(bc.lens, bc.batch, bc.seqlen, bc.H);
+    const FwdParams p = device_params(d);
+    const int64_t tok = d.tok;
+    // BENCH.md's byte count: q, k, v, g, beta, out once each, fp32 initial and final state.
+    const double bytes = double(tok) * d.H * (4.0 * 256 + 2 + 256) + 2.0 * d.N * d.H * D * D * 4;
+    void *src = nullptr, *dst = nullptr;
+    const size_t copy_bytes = size_t(bytes / 2);
+    CUDA_OK(cudaMalloc(&src, copy_bytes));
+    CUDA_OK(cudaMalloc(&dst, copy_bytes));
+    CUDA_OK(cudaMemset(src, 1, copy_bytes));
+    std::vector<float> t_ours, t_copy;
+    for (int r = 0; r < reps + 5; ++r) {
+      // Interleave the kernel and the copy so that both see the same clocks and thermal state.
+      CUDA_OK(cudaEventRecord(e0));
+      Status st = fwd(p, nullptr);
+      CUDA_OK(cudaEventRecord(e1));
+      if (!st.ok()) {
+        std::printf("fwd failed: %s\n", st.message.c_str());
+        return 1;
+      }
+      CUDA_OK(cudaEventSynchronize(e1));
+      float ms;
+      CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+      if (r >= 5) t_ours.push_back(ms);
+      CUDA_OK(cudaEventRecord(e0));
+      CUDA_OK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice));
+      CUDA_OK(cudaEventRecord(e1));
+      CUDA_OK(cudaEventSynchronize(e1));
+      CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+      if (r >= 5) t_copy.push_back(ms);
+    }
+    const float mo = median(t_ours), mc = median(t_copy);
+    std::sort(t_ours.begin(), t_ours.end());
+    std::printf("%-12s %10.3f %10.3f %8.2f\n", bc.id, mo, mc, mo / mc);
+    std::fflush(stdout);
+    if (js) {
+      std::fprintf(js, "%s  {\"case\": \"%s\", \"H\": %d, \"tokens\": %lld, \"bytes\": %.0f, \"ours_ms_median\": %.5f, "
+                       "\"ours_ms_p10\": %.5f, \"ours_ms_p90\": %.5f, \"copy_ms_median\": %.5f, \"floor_ratio\": %.4f, \"reps\": %d}",
+                   first ? "" : ",\n", bc.id, bc.H, static_cast<long long>(tok), bytes, mo,
+                   t_ours[t_ours.size() / 10], t_ours[t_ours.size() * 9 / 10], mc, mo / mc, reps);
+      first = false;
+    }
+    cudaFree(src);
+    cudaFree(dst);
+    free_device_case(d);
+  }
+  if (js) {
+    std::fprintf(js, "\n]\n");
+    std::fclose(js);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "check";
+  if (mode == "check") return run_checks();
+  if (mode == "sanitize") return run_sanitize();
+  if (mode == "bench") {
+    int reps = 50;
+    const char* json = nullptr;
+    std::vector<std::string> only;
+    for (int i = 2; i < argc; ++i) {
+      if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
+        reps = std::atoi(argv[++i]);
+      } else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
+        json = argv[++i];
+      } else {
+        only.push_back(argv[i]);
+      }
+    }
+    return run_bench(reps, json, only);
+  }
+  std::fprintf(stderr, "usage: %s check | sanitize | bench [--reps N] [--json FILE] [case ...]\n", argv[0]);
+  return 2;
+}

@@ -6,13 +6,10 @@
 
 namespace flash_kda::cuda::ptx {
 
-// Rounds fp32 to tf32 (10 mantissa bits) to nearest, ties away; returns the bit pattern as a float
-// so the value can be stored and later fed to the MMA unchanged.
-__device__ __forceinline__ float round_tf32(float x) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return __uint_as_float(r);
-}
+// Rounds fp32 to tf32 to nearest (ties away from zero) for the tensor cores, which read the top 19
+// bits of a tf32 operand and ignore the low 13: adding half a tf32 ulp (bit 12) to the magnitude
+// bits and letting the MMA truncate is one integer add instead of a conversion instruction.
+__device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(__float_as_uint(x) + 0x1000u); }
 
 // D = A(16x8, row) * B(8x8, col) + D with tf32 operands and fp32 accumulation.
 // Fragments (g = lane / 4, t = lane % 4):
@@ -42,10 +39,15 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 // Named barriers (ids 1..15; 0 is __syncthreads). `count` is the number of threads, a multiple of 32.
+// bar.sync / bar.arrive are .aligned: every lane of the warp must execute them together, so each
+// call first reconverges the warp (a lane that left a divergent branch early would otherwise
+// arrive for the whole warp before its siblings finished writing).
 __device__ __forceinline__ void bar_sync(int id, int count) {
+  __syncwarp();
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 __device__ __forceinline__ void bar_arrive(int id, int count) {
+  __syncwarp();
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 

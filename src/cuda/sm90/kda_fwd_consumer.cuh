@@ -96,7 +96,7 @@ struct KdaConsumer {
     const int vrow = cwarp * 16 + g;  // this lane's first state row within the CTA's slice
     for (int i = 0; i < nchunks; ++i) {
       const int s = i % Tr::kStages;
-      ptx::bar_sync(Tr::kBarFull0 + s, Tr::kThreads);
+      ptx::bar_sync(Tr::kBarFull0 + s, Tr::kHandoffThreads);
       const typename Tr::Stage& st = sm.stage[s];
 
       // step 1: xk = S k_tilde^T - v^T, xq = S q_tilde^T
@@ -159,7 +159,7 @@ struct KdaConsumer {
           ptx::mma_tf32(S[j], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
         }
       }
-      if (i + Tr::kStages < nchunks) ptx::bar_arrive(Tr::kBarEmpty0 + s, Tr::kThreads);
+      if (i + Tr::kStages < nchunks) ptx::bar_arrive(Tr::kBarEmpty0 + s, Tr::kHandoffThreads);
 
       store_output(xq, i);
     }

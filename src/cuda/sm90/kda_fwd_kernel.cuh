@@ -1,5 +1,5 @@
-// The sm90 forward kernel: a scheduler picks the work unit, warps 0-3 take the producer role and
-// the remaining warps the consumer role (see kda_fwd_traits.cuh for the shape of a CTA).
+// The sm90 forward kernel: a scheduler picks the work unit, warps 0-7 take the producer role (two
+// groups) and the remaining warps the consumer role (see kda_fwd_traits.cuh for the shape).
 #pragma once
 
 #include "kda_fwd_consumer.cuh"
@@ -16,7 +16,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) kda_fwd_kernel(const __grid_c
   const WorkUnit work = schedule_work(args);
   const int warp = threadIdx.x >> 5;
   if (warp < Tr::kProducerWarps) {
-    KdaProducer<Tr>(args, work, sm, threadIdx.x).run();
+    KdaProducer<Tr>(args, work, sm, warp / 4, threadIdx.x % Tr::kGroupThreads).run();
   } else {
     KdaConsumer<Tr>(args, work, sm, warp - Tr::kProducerWarps, threadIdx.x & 31).run();
   }

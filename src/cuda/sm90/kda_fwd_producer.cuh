@@ -25,47 +25,76 @@ __device__ __forceinline__ float bf16_bits_to_float(uint16_t h) { return __uint_
 template <class Tr>
 struct KdaProducer {
   using Smem = typename Tr::Smem;
+  using Group = typename Tr::Group;
   static constexpr int C = Tr::kChunk;
   static constexpr int D = Tr::kDim;
+  static constexpr int P = Tr::kGroupThreads;
+  static constexpr int kGroups = Tr::kProducerGroups;
+  // cp.async vectors (8 bf16) per thread and chunk: q, k, g rows of 128 channels, v rows of kVRows.
+  static constexpr int kQkgVecs = C * D / 8 / P;
+  static constexpr int kVVecs = (C * Tr::kVRows / 8 + P - 1) / P;
 
   const KdaFwdArgs& a;
   const WorkUnit& w;
-  Smem& sm;
-  int ptid;  // 0 .. kProducerThreads-1
+  typename Tr::Stage* stages;
+  Group& grp;
+  int gidx;  // which producer group: prepares chunks gidx, gidx + kGroups, ...
+  int ptid;  // 0 .. kGroupThreads-1
   int nchunks;
-  const uint16_t *q_base, *k_base, *g_base, *v_base, *beta_base;
+  // Per-thread source pointers of the vectors this thread copies (the (token, column) a thread
+  // copies is the same in every chunk; only the chunk offset changes).
+  const uint16_t *q_src[kQkgVecs], *k_src[kQkgVecs], *g_src[kQkgVecs], *v_src[kVVecs];
+  const uint16_t* beta_src;
 
-  __device__ KdaProducer(const KdaFwdArgs& args, const WorkUnit& work, Smem& smem, int tid)
-      : a(args), w(work), sm(smem), ptid(tid), nchunks(int((work.len + C - 1) / C)) {
+  __device__ KdaProducer(const KdaFwdArgs& args, const WorkUnit& work, Smem& smem, int group, int tid)
+      : a(args), w(work), stages(smem.stage), grp(smem.group[group]), gidx(group), ptid(tid),
+        nchunks(int((work.len + C - 1) / C)) {
     const int hq = w.hv / a.group;
-    q_base = a.q + w.row * a.q_s[0] + w.begin * a.q_s[1] + hq * a.q_s[2];
-    k_base = a.k + w.row * a.k_s[0] + w.begin * a.k_s[1] + hq * a.k_s[2];
-    g_base = a.g + w.row * a.g_s[0] + w.begin * a.g_s[1] + int64_t(w.hv) * a.g_s[2];
-    v_base = a.v + w.row * a.v_s[0] + w.begin * a.v_s[1] + int64_t(w.hv) * a.v_s[2] + w.slice * Tr::kVRows;
-    beta_base = a.beta + w.row * a.beta_s[0] + w.begin * a.beta_s[1] + int64_t(w.hv) * a.beta_s[2];
+    const uint16_t* q_base = a.q + w.row * a.q_s[0] + w.begin * a.q_s[1] + hq * a.q_s[2];
+    const uint16_t* k_base = a.k + w.row * a.k_s[0] + w.begin * a.k_s[1] + hq * a.k_s[2];
+    const uint16_t* g_base = a.g + w.row * a.g_s[0] + w.begin * a.g_s[1] + int64_t(w.hv) * a.g_s[2];
+    const uint16_t* v_base =
+        a.v + w.row * a.v_s[0] + w.begin * a.v_s[1] + int64_t(w.hv) * a.v_s[2] + w.slice * Tr::kVRows;
+#pragma unroll
+    for (int m = 0; m < kQkgVecs; ++m) {
+      const int idx = ptid + m * P, t = idx / (D / 8), col = (idx % (D / 8)) * 8;
+      q_src[m] = q_base + t * a.q_s[1] + col;
+      k_src[m] = k_base + t * a.k_s[1] + col;
+      g_src[m] = g_base + t * a.g_s[1] + col;
+    }
+#pragma unroll
+    for (int m = 0; m < kVVecs; ++m) {
+      const int idx = ptid + m * P, t = idx / (Tr::kVRows / 8), col = (idx % (Tr::kVRows / 8)) * 8;
+      v_src[m] = v_base + t * a.v_s[1] + col;
+    }
+    beta_src = a.beta + w.row * a.beta_s[0] + (w.begin + ptid) * a.beta_s[1] + int64_t(w.hv) * a.beta_s[2];
   }
 
-  // Issues the cp.async copies of chunk i's q, k, g (all channels) and v (this CTA's rows) into
-  // raw stage i % kRawStages; tokens past the end are zero-filled. Always commits one group.
-  __device__ void load_raw(int i) {
+  __device__ void group_sync() const { ptx::bar_sync(Tr::kBarGroup0 + gidx, P); }
+
+  // Issues the cp.async copies of chunk i (q, k, g: all channels; v: this CTA's rows) into the
+  // group's raw buffer `buf`; tokens past the end are zero-filled. Always commits one group.
+  __device__ void load_raw(int i, int buf) {
     if (i < nchunks) {
-      typename Tr::Raw& raw = sm.raw[i % Tr::kRawStages];
+      typename Tr::Raw& raw = grp.raw[buf];
       const int64_t t0 = int64_t(i) * C;
-      constexpr int kVecPerRow = D / 8;
-      for (int idx = ptid; idx < C * kVecPerRow; idx += Tr::kProducerThreads) {
-        const int t = idx / kVecPerRow, col = (idx % kVecPerRow) * 8;
+#pragma unroll
+      for (int m = 0; m < kQkgVecs; ++m) {
+        const int idx = ptid + m * P, t = idx / (D / 8), col = (idx % (D / 8)) * 8;
         const bool valid = t0 + t < w.len;
-        const int64_t tok = valid ? t0 + t : 0;
-        ptx::cp_async_16(&raw.q[t][col], q_base + tok * a.q_s[1] + col, valid ? 16 : 0);
-        ptx::cp_async_16(&raw.k[t][col], k_base + tok * a.k_s[1] + col, valid ? 16 : 0);
-        ptx::cp_async_16(&raw.g[t][col], g_base + tok * a.g_s[1] + col, valid ? 16 : 0);
+        const uint32_t bytes = valid ? 16 : 0;
+        // An invalid row copies nothing; its source address is clamped to the sequence start.
+        ptx::cp_async_16(&raw.q[t][col], valid ? q_src[m] + t0 * a.q_s[1] : q_src[m], bytes);
+        ptx::cp_async_16(&raw.k[t][col], valid ? k_src[m] + t0 * a.k_s[1] : k_src[m], bytes);
+        ptx::cp_async_16(&raw.g[t][col], valid ? g_src[m] + t0 * a.g_s[1] : g_src[m], bytes);
       }
-      constexpr int kVVecPerRow = Tr::kVRows / 8;
-      for (int idx = ptid; idx < C * kVVecPerRow; idx += Tr::kProducerThreads) {
-        const int t = idx / kVVecPerRow, col = (idx % kVVecPerRow) * 8;
-        const bool valid = t0 + t < w.len;
-        const int64_t tok = valid ? t0 + t : 0;
-        ptx::cp_async_16(&raw.v[t][col], v_base + tok * a.v_s[1] + col, valid ? 16 : 0);
+#pragma unroll
+      for (int m = 0; m < kVVecs; ++m) {
+        const int idx = ptid + m * P, t = idx / (Tr::kVRows / 8), col = (idx % (Tr::kVRows / 8)) * 8;
+        if (idx < C * Tr::kVRows / 8) {
+          const bool valid = t0 + t < w.len;
+          ptx::cp_async_16(&raw.v[t][col], valid ? v_src[m] + t0 * a.v_s[1] : v_src[m], valid ? 16 : 0);
+        }
       }
     }
     ptx::cp_async_commit();
@@ -73,49 +102,56 @@ struct KdaProducer {
 
   __device__ float load_beta(int i) const {
     const int64_t t = int64_t(i) * C + ptid;
-    return (ptid < C && i < nchunks && t < w.len) ? bf16_bits_to_float(beta_base[t * a.beta_s[1]]) : 0.f;
+    return (ptid < C && i < nchunks && t < w.len) ? bf16_bits_to_float(beta_src[int64_t(i) * C * a.beta_s[1]])
+                                                  : 0.f;
   }
 
   __device__ void run() {
-    if (nchunks == 0) return;
-    const float exp_a = expf(a.A_log[w.hv]);
-    const float dt_bias_c = a.dt_bias[w.hv * D + ptid];
-    load_raw(0);
-    load_raw(1);
-    float beta_raw0 = load_beta(0), beta_raw1 = load_beta(1);
+    constexpr float kLog2e = 1.4426950408889634f;
+    // -exp(A_log) * (g + dt_bias) * log2(e) = g * gate_mul + gate_add: one FMA per element.
+    const float gate_mul = -expf(a.A_log[w.hv]) * kLog2e;
+    const float gate_add = gate_mul * a.dt_bias[w.hv * D + ptid];
+    load_raw(gidx, 0);
+    float beta_next = load_beta(gidx);
 
-    for (int i = 0; i < nchunks; ++i) {
+    for (int n = 0, i = gidx; i < nchunks; ++n, i += kGroups) {
       const int s = i % Tr::kStages;
       const int valid = int(min(int64_t(C), w.len - int64_t(i) * C));
+      // The buffer of the next own chunk was last read in the previous iteration, which ended
+      // with group barriers; prefetch into it now.
+      load_raw(i + kGroups, (n + 1) % Tr::kRawStages);
+      const float beta_raw = beta_next;
+      beta_next = load_beta(i + kGroups);
       ptx::cp_async_wait<1>();
-      ptx::bar_sync(Tr::kBarProducer, Tr::kProducerThreads);  // chunk i's raw tiles are visible
-      load_raw(i + 2);
-      const float beta_raw = beta_raw0;
-      beta_raw0 = beta_raw1;
-      beta_raw1 = load_beta(i + 2);
-      const typename Tr::Raw& raw = sm.raw[i % Tr::kRawStages];
+      group_sync();  // chunk i's raw tiles are visible to the whole group
+      const typename Tr::Raw& raw = grp.raw[n % Tr::kRawStages];
 
       norms(raw, valid, beta_raw);
-      ptx::bar_sync(Tr::kBarProducer, Tr::kProducerThreads);
-      if (i >= Tr::kStages) ptx::bar_sync(Tr::kBarEmpty0 + s, Tr::kThreads);  // consumers released s
-      typename Tr::Stage& st = sm.stage[s];
-      gates_and_tiles(raw, st, valid, exp_a, dt_bias_c);
-      ptx::bar_sync(Tr::kBarProducer, Tr::kProducerThreads);
+      float G[C];
+      gate_prefix(raw, valid, gate_mul, gate_add, G);
+      group_sync();  // norms are visible
+      if (i >= Tr::kStages) ptx::bar_sync(Tr::kBarEmpty0 + s, Tr::kHandoffThreads);  // stage s released
+      typename Tr::Stage& st = stages[s];
+      tiles(raw, st, G);
+      group_sync();
       intra_chunk_products(st);
-      ptx::bar_sync(Tr::kBarProducer, Tr::kProducerThreads);
+      group_sync();
       if (ptid < 32) inverse(st);
-      ptx::bar_arrive(Tr::kBarFull0 + s, Tr::kThreads);
+      group_sync();  // (racecheck does not treat a fenced bar.arrive as ordering the writes before it)
+      ptx::bar_arrive(Tr::kBarFull0 + s, Tr::kHandoffThreads);
     }
+    ptx::cp_async_wait<0>();
   }
 
-  // P1: 8 threads per token, 16 channels each.
+  // P1: kGroupThreads / 16 threads per token, reduced with shuffles inside the warp.
   __device__ void norms(const typename Tr::Raw& raw, int valid, float beta_raw) {
-    const int t = ptid >> 3, part = ptid & 7;
+    constexpr int kLanes = P / C, kCh = D / kLanes;  // lanes per token, channels per lane
+    const int t = ptid / kLanes, part = ptid % kLanes;
     float ssq_q = 0.f, ssq_k = 0.f;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint4 qv = *reinterpret_cast<const uint4*>(&raw.q[t][part * 16 + h * 8]);
-      const uint4 kv = *reinterpret_cast<const uint4*>(&raw.k[t][part * 16 + h * 8]);
+    for (int h = 0; h < kCh / 8; ++h) {
+      const uint4 qv = *reinterpret_cast<const uint4*>(&raw.q[t][part * kCh + h * 8]);
+      const uint4 kv = *reinterpret_cast<const uint4*>(&raw.k[t][part * kCh + h * 8]);
       const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w}, kw[4] = {kv.x, kv.y, kv.z, kv.w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -126,80 +162,96 @@ struct KdaProducer {
       }
     }
 #pragma unroll
-    for (int o = 1; o < 8; o <<= 1) {
+    for (int o = 1; o < kLanes; o <<= 1) {
       ssq_q += __shfl_xor_sync(0xffffffffu, ssq_q, o);
       ssq_k += __shfl_xor_sync(0xffffffffu, ssq_k, o);
     }
     if (part == 0) {
-      // eps inside the square root, as the contract specifies (not a clamp of the norm).
-      sm.rq[t] = a.scale / sqrtf(ssq_q + 1e-6f);
-      sm.rk[t] = 1.f / sqrtf(ssq_k + 1e-6f);
+      // eps inside the square root, as the contract specifies (not a clamp of the norm);
+      // rsqrt.approx is within 2 ulp.
+      grp.rq[t] = a.scale * rsqrtf(ssq_q + 1e-6f);
+      grp.rk[t] = rsqrtf(ssq_k + 1e-6f);
     }
-    if (ptid < C) sm.beta[ptid] = ptid < valid ? 1.f / (1.f + expf(-beta_raw)) : 0.f;
+    if (ptid < C) grp.beta[ptid] = ptid < valid ? ptx::rcp(1.f + ptx::ex2(-1.4426950408889634f * beta_raw)) : 0.f;
   }
 
-  // P2: one thread per channel c, looping over the chunk's tokens.
-  __device__ void gates_and_tiles(const typename Tr::Raw& raw, typename Tr::Stage& st, int valid, float exp_a,
-                                  float dt_bias_c) {
-    constexpr float kLog2e = 1.4426950408889634f;
+  // P2a: gates of this thread's channel, prefix-summed over the chunk in base 2.
+  __device__ void gate_prefix(const typename Tr::Raw& raw, int valid, float gate_mul, float gate_add,
+                              float (&G)[C]) const {
     const int c = ptid;
-    float G[C];
     float acc = 0.f;
 #pragma unroll
     for (int t = 0; t < C; ++t) {
-      const float x = exp_a * (bf16_bits_to_float(raw.g[t][c]) + dt_bias_c);
-      const float sig = ptx::rcp(1.f + ptx::ex2(-x * kLog2e));  // exact limits 0 and 1 at +-inf
+      // sigmoid(x) = 1 / (1 + 2^{-x log2 e}); the approximate ex2/rcp reach 0 and 1 exactly.
+      const float sig = ptx::rcp(1.f + ptx::ex2(fmaf(bf16_bits_to_float(raw.g[t][c]), gate_mul, gate_add)));
       acc += t < valid ? a.lower_bound_log2 * sig : 0.f;
       G[t] = acc;
     }
-    const float gamma = ptx::ex2(acc);
-    st.gamma[c] = gamma;
+  }
+
+  // P2b: the decayed tiles of this thread's channel. Every shared-memory load comes before the
+  // first store: the compiler cannot prove the raw and stage tiles apart, and a store between
+  // loads would serialise the 16 otherwise independent token chains.
+  __device__ void tiles(const typename Tr::Raw& raw, typename Tr::Stage& st, const float (&G)[C]) {
+    const int c = ptid;
+    float k_hat[C], q_hat[C], nv[C];
+#pragma unroll
+    for (int t = 0; t < C; t += 4) {
+      const float4 rk = *reinterpret_cast<const float4*>(&grp.rk[t]);
+      const float4 rq = *reinterpret_cast<const float4*>(&grp.rq[t]);
+      const float rk_[4] = {rk.x, rk.y, rk.z, rk.w}, rq_[4] = {rq.x, rq.y, rq.z, rq.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        k_hat[t + j] = bf16_bits_to_float(raw.k[t + j][c]) * rk_[j];
+        q_hat[t + j] = bf16_bits_to_float(raw.q[t + j][c]) * rq_[j];
+        nv[t + j] = c < Tr::kVRows ? -bf16_bits_to_float(raw.v[t + j][c]) : 0.f;
+      }
+    }
+    const float gamma = ptx::ex2(G[C - 1]);
     float k_dec[C];
 #pragma unroll
     for (int t = 0; t < C; ++t) {
-      const float e = ptx::ex2(G[t]);  // in [2^-115.4, 1]
-      const float r = ptx::rcp(e);     // in [1, 2^115.4]
-      const float k_hat = bf16_bits_to_float(raw.k[t][c]) * sm.rk[t];
-      const float q_hat = bf16_bits_to_float(raw.q[t][c]) * sm.rq[t];
-      st.k_tilde[t][c] = ptx::round_tf32(k_hat * e);
-      st.q_tilde[t][c] = ptx::round_tf32(q_hat * e);
-      sm.k_bar[t][c] = ptx::round_tf32(k_hat * r);
-      k_dec[t] = ptx::round_tf32(k_hat * (gamma * r));  // gamma <= e, so the factor is <= 1
+      const float e = ptx::ex2(G[t]);   // in [2^-115.4, 1]
+      const float r = ptx::ex2(-G[t]);  // in [1, 2^115.4]; independent of e (no MUFU chain)
+      st.k_tilde[t][c] = ptx::round_tf32(k_hat[t] * e);
+      st.q_tilde[t][c] = ptx::round_tf32(q_hat[t] * e);
+      grp.k_bar[t][c] = ptx::round_tf32(k_hat[t] * r);
+      k_dec[t] = ptx::round_tf32(k_hat[t] * (gamma * r));  // gamma <= e, so the factor is <= 1
     }
+    st.gamma[c] = gamma;
 #pragma unroll
     for (int t = 0; t < C; t += 4)
       *reinterpret_cast<float4*>(&st.k_dec_t[c][t]) = make_float4(k_dec[t], k_dec[t + 1], k_dec[t + 2], k_dec[t + 3]);
     if (c < Tr::kVRows) {
-      float nv[C];
-#pragma unroll
-      for (int t = 0; t < C; ++t) nv[t] = -bf16_bits_to_float(raw.v[t][c]);
 #pragma unroll
       for (int t = 0; t < C; t += 4)
         *reinterpret_cast<float4*>(&st.neg_v_t[c][t]) = make_float4(nv[t], nv[t + 1], nv[t + 2], nv[t + 3]);
     }
   }
 
-  // P3: warp 0/1 compute A's two 8-column halves, warps 2/3 M's, each over the 128 channels.
+  // P3: warps 0/1 of the group compute A's two 8-column halves, warps 2/3 M's, each over the 128
+  // channels in four independent accumulator chains.
   __device__ void intra_chunk_products(typename Tr::Stage& st) {
     const int warp = ptid >> 5, lane = ptid & 31, g = lane >> 2, t4 = lane & 3;
     const bool is_m = warp >= 2;
     const int n0 = (warp & 1) * 8;
     const float(*lhs)[Tr::kPitchK] = is_m ? st.q_tilde : st.k_tilde;
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    float acc[4][4] = {};
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       const float2 lo = *reinterpret_cast<const float2*>(&lhs[g][8 * j + 2 * t4]);
       const float2 hi = *reinterpret_cast<const float2*>(&lhs[g + 8][8 * j + 2 * t4]);
-      const float2 b = *reinterpret_cast<const float2*>(&sm.k_bar[n0 + g][8 * j + 2 * t4]);
-      ptx::mma_tf32(acc, lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+      const float2 b = *reinterpret_cast<const float2*>(&grp.k_bar[n0 + g][8 * j + 2 * t4]);
+      ptx::mma_tf32(acc[j % 4], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
     }
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
+      const float sum = (acc[0][r] + acc[1][r]) + (acc[2][r] + acc[3][r]);
       const int t = g + (r >= 2 ? 8 : 0), s = n0 + 2 * t4 + (r & 1);
       if (is_m)
-        st.m[t][s] = s <= t ? ptx::round_tf32(acc[r]) : 0.f;
+        st.m[t][s] = s <= t ? ptx::round_tf32(sum) : 0.f;
       else
-        sm.l_t[s][t] = s < t ? sm.beta[t] * acc[r] : 0.f;
+        grp.l_t[s][t] = s < t ? grp.beta[t] * sum : 0.f;
     }
   }
 
@@ -216,9 +268,9 @@ struct KdaProducer {
     for (int s = 0; s < C; ++s) {
       x[s] = (s == j ? 1.f : 0.f) - acc[s];
 #pragma unroll
-      for (int t = s + 1; t < C; ++t) acc[t] = fmaf(sm.l_t[s][t], x[s], acc[t]);
+      for (int t = s + 1; t < C; ++t) acc[t] = fmaf(grp.l_t[s][t], x[s], acc[t]);
     }
-    const float beta_j = sm.beta[j];
+    const float beta_j = grp.beta[j];
 #pragma unroll
     for (int t = 0; t < C; ++t) st.neg_t[t][j] = ptx::round_tf32(-x[t] * beta_j);
   }

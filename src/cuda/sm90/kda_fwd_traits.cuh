@@ -1,9 +1,11 @@
 // Compile-time sizes and the shared-memory layout of the sm90 forward kernel, in one place.
 //
 // One CTA owns one work unit: (sequence, value head, slice of kVRows rows of the V x K state).
-//   producer warpgroup (4 warps): loads chunk tiles (cp.async, kRawStages deep), computes norms,
-//     gates, decay factors, the intra-chunk matrices and the 16x16 inverse, and hands a prepared
-//     chunk to the consumers through a kStages-deep ring (named barriers FULL/EMPTY).
+//   two producer warpgroups, ping-pong (group c % 2 prepares chunk c): each loads its chunk tiles
+//     (cp.async, one own chunk ahead), computes norms, gates, decay factors, the intra-chunk
+//     matrices and the 16x16 inverse, and hands the prepared chunk to the consumers through a
+//     kStages-deep ring (named barriers FULL/EMPTY). A group's work on one chunk is a latency-
+//     bound chain; two groups keep two chunks in preparation at once.
 //   consumer warps (kVRows / 16): each keeps 16 rows of the fp32 state in registers as the MMA
 //     accumulator and runs the state-dependent part of every chunk.
 #pragma once
@@ -43,11 +45,17 @@ struct KdaFwdTraits {
   static constexpr int kChunk = 16;  // tokens per chunk: |lower_bound| * 16 * log2(e) <= 115.4 < 126
   static constexpr int kConsumerWarps = kConsumerWarps_;
   static constexpr int kVRows = 16 * kConsumerWarps;  // state rows per CTA
-  static constexpr int kProducerWarps = 4;
-  static constexpr int kProducerThreads = 32 * kProducerWarps;
+  static_assert(kConsumerWarps <= 4, "384 threads at most: 65536 / 384 = 170 registers a thread");
+  static constexpr int kProducerGroups = 2;
+  static constexpr int kGroupThreads = 128;  // one thread per channel in the gate/tile phase
+  static constexpr int kProducerWarps = kProducerGroups * kGroupThreads / 32;
   static constexpr int kThreads = 32 * (kProducerWarps + kConsumerWarps);
-  static constexpr int kStages = 2;     // prepared-chunk ring
-  static constexpr int kRawStages = 3;  // raw tile ring: chunk i+2 loads while chunk i is prepared
+  // Threads taking part in one FULL/EMPTY hand-off: the chunk's producer group and the consumers.
+  static constexpr int kHandoffThreads = kGroupThreads + 32 * kConsumerWarps;
+  // Three prepared chunks in flight decouple the producer's latency from the consumers': with
+  // two, the producer could not start chunk i+2 before the consumers finished chunk i.
+  static constexpr int kStages = 3;
+  static constexpr int kRawStages = 2;  // per group: its next chunk loads while this one is prepared
 
   // Row pitches (floats) chosen so that the 8-byte fragment loads of a half-warp (rows g = 0..3,
   // columns 2t..2t+1) hit 16 distinct bank pairs: pitch mod 32 = 8 or 24.
@@ -55,9 +63,9 @@ struct KdaFwdTraits {
   static constexpr int kPitchT = kChunk + 8;   // [channel][token] and [token][token] tiles
 
   // Named barrier ids.
-  static constexpr int kBarFull0 = 1;   // kBarFull0 + stage: producers arrive, consumers wait
-  static constexpr int kBarEmpty0 = 3;  // kBarEmpty0 + stage: consumers arrive, producers wait
-  static constexpr int kBarProducer = 5;
+  static constexpr int kBarFull0 = 1;                 // + stage: producers arrive, consumers wait
+  static constexpr int kBarEmpty0 = 1 + kStages;      // + stage: consumers arrive, producers wait
+  static constexpr int kBarGroup0 = 1 + 2 * kStages;  // + group: the group's own barrier
 
   struct Stage {  // one prepared chunk, all values already rounded to tf32
     float k_tilde[kChunk][kPitchK];   // k_hat_t * 2^{G_t}                    (state product)
@@ -74,14 +82,18 @@ struct KdaFwdTraits {
     uint16_t g[kChunk][kDim];
     uint16_t v[kChunk][kVRows];
   };
-  struct Smem {
-    Stage stage[kStages];
+  struct Group {  // private to one producer group
     Raw raw[kRawStages];
-    float k_bar[kChunk][kPitchK];  // k_hat_s * 2^{-G_s} (producer only: A and M)
+    float k_bar[kChunk][kPitchK];  // k_hat_s * 2^{-G_s} (A and M only)
     float l_t[kChunk][kChunk];     // L^T with L = diag(beta) * strict_lower(A)
     float rq[kChunk];              // scale / ||q_t||
     float rk[kChunk];              // 1 / ||k_t||
     float beta[kChunk];            // sigmoid(beta_t), 0 past the end of the sequence
+    float pad[kChunk];
+  };
+  struct Smem {
+    Stage stage[kStages];
+    Group group[kProducerGroups];
     uint16_t out_stage[kConsumerWarps][kChunk][16];
   };
   static constexpr int kSmemBytes = sizeof(Smem);

@@ -102,17 +102,18 @@ Status fwd(const FwdParams& p, cudaStream_t stream) {
   a.state_fp32 = p.state_dtype == DType::kF32;
   a.cu_seqlens_i64 = p.cu_seqlens_dtype == DType::kI64;
 
-  // Split the 128 state rows over 2, 4 or 8 CTAs: the rows evolve independently given k, alpha
-  // and beta, so a slice only repeats the producer's preparation (its q/k/g reads hit L2). More
-  // slices while the (sequence, head) pairs alone leave SMs idle; one CTA per SM.
+  // Split the 128 state rows over 1, 2, 4 or 8 CTAs: the rows evolve independently given k,
+  // alpha and beta, so a slice only repeats the producer's preparation (its q/k/g reads hit L2).
+  // More slices while the (sequence, head) pairs alone leave SMs idle; one CTA per SM.
   const int64_t pairs = N * HV;
-  int slices = 2;
+  int slices = 1;
   while (slices < 8 && pairs * slices * 2 <= info.sm_count) slices *= 2;
   a.slices = slices;
   const int64_t units = pairs * slices;
   if (units > INT32_MAX) return {StatusCode::kUnsupported, "q: too many (sequence, head) pairs for one launch"};
 
   switch (slices) {
+    case 1: e = sm90::launch_kda_fwd<8>(a, units, stream); break;
     case 2: e = sm90::launch_kda_fwd<4>(a, units, stream); break;
     case 4: e = sm90::launch_kda_fwd<2>(a, units, stream); break;
     default: e = sm90::launch_kda_fwd<1>(a, units, stream); break;

@@ -24,5 +24,6 @@ cudaError_t launch_kda_fwd(const KdaFwdArgs& args, int64_t num_units, cudaStream
 template cudaError_t launch_kda_fwd<1>(const KdaFwdArgs&, int64_t, cudaStream_t);
 template cudaError_t launch_kda_fwd<2>(const KdaFwdArgs&, int64_t, cudaStream_t);
 template cudaError_t launch_kda_fwd<4>(const KdaFwdArgs&, int64_t, cudaStream_t);
+template cudaError_t launch_kda_fwd<8>(const KdaFwdArgs&, int64_t, cudaStream_t);
 
 }  // namespace flash_kda::cuda::sm90

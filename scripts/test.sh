@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The test command of the README and of CI. On a fresh machine it installs what the tests need
+# (GoogleTest from Debian when run as root, Python packages from PyPI), then:
+#   1. configures and builds the C++ library, the CUDA kernels for sm_90a (compile only where no
+#      GPU is present), the GPU check tool and the GoogleTest suite; runs ctest;
+#   2. rebuilds the CPU code and tests with ASan/UBSan and runs ctest again;
+#   3. installs the Python package (pip install .) and runs pytest.
+# GPU tests (tools/kda_gpu_check, scripts/gpu_check.sh) need an H200 and are not run here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=$(nproc)
+
+if [[ ! -e /usr/include/gtest/gtest.h && $(id -u) == 0 ]]; then
+  apt-get update -qq && apt-get install -y -qq libgtest-dev cmake g++ ninja-build >/dev/null
+fi
+python3 -m pip install -q --disable-pip-version-check numpy ml_dtypes nanobind scikit-build-core pytest ninja
+
+echo "== C++ build (CUDA kernels included when nvcc is found) and ctest"
+cmake -S . -B build/test -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build/test -j"$JOBS"
+ctest --test-dir build/test --output-on-failure -j"$JOBS"
+
+echo "== CPU code and tests under ASan/UBSan"
+cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLASH_KDA_ENABLE_CUDA=OFF \
+  -DFLASH_KDA_SANITIZE=ON >/dev/null
+cmake --build build/asan -j"$JOBS"
+ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build/asan --output-on-failure -j"$JOBS"
+
+echo "== Python package and pytest"
+python3 -m pip install -q --disable-pip-version-check .
+python3 -m pytest tests/python -q

@@ -1,0 +1,341 @@
+// The fast CPU path (Backend::kCpu): the chunked form of the KDA recurrence in fp32, one
+// (sequence, value head) per thread. Within a chunk of C tokens starting from state S0:
+//
+//   G_t  = a_1 + ... + a_t (per channel),  E_t = exp(G_t)
+//   Kt_t = k_hat_t ⊙ E_t,  Qt_t = scale q_hat_t ⊙ E_t,  Kdec_s = k_hat_s ⊙ E_L / E_s
+//   A[t,s] = Σ_c k_hat_t k_hat_s exp(G_t − G_s)  (s < t),   M[t,s] = the same with scale q_hat_t (s <= t)
+//   U = (I + diag(β) A)^{-1} diag(β) (V − Kt S0ᵀ)      (forward substitution)
+//   O = Qt S0ᵀ + M U,   S_next = S0 Diag(E_L) + Uᵀ Kdec
+//
+// which equals the per-token recurrence in exact arithmetic (L = tokens in the chunk).
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "head_task.h"
+#include "simd.h"
+
+namespace flash_kda::cpu {
+
+namespace {
+
+// Tokens per chunk. Every decay factor below is exp(x) with |x| <= |lower_bound| · C <= 80, inside the
+// fp32 normal range [exp(-87.3), exp(88.7)]: no factor overflows or flushes to zero, so no Inf · 0.
+constexpr int64_t kChunk = 16;
+static_assert(5 * kChunk < 87, "decay factors of a chunk must stay in the fp32 normal range");
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+struct ChunkedScratch {
+  std::vector<float> state;        // S, Vp × Kp
+  std::vector<float> dt_bias;      // Kp
+  std::vector<float> gate;         // raw gate of one token, Kp
+  std::vector<float> gate_sum;     // G of the current token, Kp
+  std::vector<float> k_hat;        // C × Kp
+  std::vector<float> q_hat;        // C × Kp, times scale
+  std::vector<float> decay;        // E = exp(G), C × Kp
+  std::vector<float> kq_start_t;   // [Kt; Qt] transposed, Kp × 2C (decay from the chunk start)
+  std::vector<float> kq_mid;       // [Kt; Qt] referenced to the middle token, 2C × Kp
+  std::vector<float> k_bar_mid_t;  // k_hat_s ⊙ E_m / E_s transposed, Kp × C
+  std::vector<float> k_dec;        // Kdec, C × Kp
+  std::vector<float> intra;        // [A; M] before masking, 2C × C
+  std::vector<float> inter;        // [Kt; Qt] · S0ᵀ, 2C × Vp
+  std::vector<float> u;            // U, C × Vp
+  std::vector<float> o;            // one output row, Vp
+  float beta[kChunk];
+};
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// Reads n bf16 values into x[0, n) and zeros x[n, padded).
+FLASH_KDA_INLINE void load_row(const uint16_t* src, int64_t n, int64_t padded, float* x) {
+  for (int64_t c = 0; c < n; ++c) x[c] = bf16_to_float(src[c]);
+  for (int64_t c = n; c < padded; ++c) x[c] = 0.0f;
+}
+
+// One (sequence, head) on W-wide vectors. Inside the scratch buffers K is padded to a multiple of
+// kBlock and V to a multiple of W, with zeros, so every inner loop runs on whole vectors: zero keys
+// keep the padding columns of the state at zero, zero values its padding rows.
+template <int W>
+class HeadRunner {
+  using S = Simd<W>;
+  using Vec = typename S::Vec;
+  static constexpr int64_t kBlock = 4 * W;
+  // Rows of S per pass of the products, so that a pass holds 8 accumulator registers at any width.
+  static constexpr int64_t kRows = W / 4;
+
+  // x *= scale / sqrt(sum x^2 + 1e-6) over a padded row (the eps inside the root, as SPEC.md).
+  static FLASH_KDA_INLINE void l2_normalise(float* x, int64_t padded, float scale) {
+    Vec sum_sq{};
+    for (int64_t c = 0; c < padded; c += W) {
+      const Vec v = S::load(x + c);
+      sum_sq += v * v;
+    }
+    const float factor = scale / std::sqrt(S::sum(sum_sq) + 1e-6f);
+    for (int64_t c = 0; c < padded; ++c) x[c] *= factor;
+  }
+
+ public:
+  FLASH_KDA_INLINE HeadRunner(const FwdParams& p, const HeadTask& task, ChunkedScratch& s)
+      : p_(p),
+        task_(task),
+        s_(s),
+        K_(p.head_dim_k),
+        V_(p.head_dim_v),
+        Kp_(round_up(K_, kBlock)),
+        Vp_(round_up(V_, W)) {
+    s_.state.assign(size_t(Vp_ * Kp_), 0.0f);
+    for (auto* buf : {&s_.dt_bias, &s_.gate, &s_.gate_sum}) buf->resize(size_t(Kp_));
+    for (auto* buf : {&s_.k_hat, &s_.q_hat, &s_.decay, &s_.k_dec}) buf->resize(size_t(kChunk * Kp_));
+    s_.kq_start_t.resize(size_t(Kp_ * 2 * kChunk));
+    s_.kq_mid.resize(size_t(2 * kChunk * Kp_));
+    s_.k_bar_mid_t.resize(size_t(Kp_ * kChunk));
+    s_.intra.resize(size_t(2 * kChunk * kChunk));
+    s_.inter.resize(size_t(Vp_ * 2 * kChunk));
+    s_.u.resize(size_t(kChunk * Vp_));
+    s_.o.resize(size_t(Vp_));
+    std::copy(task.dt_bias, task.dt_bias + K_, s_.dt_bias.begin());
+    std::fill(s_.dt_bias.begin() + K_, s_.dt_bias.end(), 0.0f);
+  }
+
+  FLASH_KDA_INLINE void run() {
+    // The whole initial state is read before anything is written: final_state may alias it.
+    load_state(p_, task_.initial_state, s_.state.data(), Kp_);
+    for (int64_t t0 = 0; t0 < task_.length; t0 += kChunk) {
+      const int64_t L = std::min(kChunk, task_.length - t0);
+      prepare(t0, L);
+      products();
+      solve_and_output(t0, L);
+      update_state(L);
+    }
+    store_state(p_, s_.state.data(), Kp_, task_.final_state);
+  }
+
+ private:
+  // Asks for the input rows of token t ahead of use. A head's rows of consecutive tokens lie H·K·2
+  // bytes apart, a stride the hardware prefetchers follow poorly: fetching one chunk ahead took the
+  // T=8192, H=8 case from 370 to 305 ms on one thread and from 320 to 152 ms on two.
+  FLASH_KDA_INLINE void prefetch_token(int64_t t) const {
+    constexpr int64_t kLine = 32;  // bf16 values per 64-byte cache line
+    for (int64_t c = 0; c < K_; c += kLine) {
+      __builtin_prefetch(task_.q + t * task_.q_stride + c);
+      __builtin_prefetch(task_.k + t * task_.k_stride + c);
+      __builtin_prefetch(task_.g + t * task_.g_stride + c);
+    }
+    for (int64_t c = 0; c < V_; c += kLine) __builtin_prefetch(task_.v + t * task_.v_stride + c);
+  }
+
+  // Normalised keys and queries, cumulative gates and every decayed operand of the chunk. Rows L..C-1
+  // (a partial last chunk) get zero keys and queries and unit decay so the fixed-width products below
+  // stay finite; they are never read back.
+  FLASH_KDA_INLINE void prepare(int64_t t0, int64_t L) {
+    const float gate_rate = std::exp(task_.A_log);
+    const float lower_bound = p_.lower_bound;
+    float* gate = s_.gate.data();
+    float* gate_sum = s_.gate_sum.data();
+    std::fill(gate_sum, gate_sum + Kp_, 0.0f);
+    for (int64_t i = 0; i < kChunk; ++i) {
+      float* k_row = s_.k_hat.data() + i * Kp_;
+      float* q_row = s_.q_hat.data() + i * Kp_;
+      float* e_row = s_.decay.data() + i * Kp_;
+      if (i >= L) {
+        std::fill(k_row, k_row + Kp_, 0.0f);
+        std::fill(q_row, q_row + Kp_, 0.0f);
+        std::fill(e_row, e_row + Kp_, 1.0f);
+        s_.beta[i] = 0.0f;
+        continue;
+      }
+      const int64_t t = t0 + i;
+      if (t + kChunk < task_.length) prefetch_token(t + kChunk);
+      load_row(task_.k + t * task_.k_stride, K_, Kp_, k_row);
+      l2_normalise(k_row, Kp_, 1.0f);
+      load_row(task_.q + t * task_.q_stride, K_, Kp_, q_row);
+      l2_normalise(q_row, Kp_, p_.scale);
+      s_.beta[i] = sigmoid(bf16_to_float(task_.beta[t * task_.beta_stride]));
+      load_row(task_.g + t * task_.g_stride, K_, Kp_, gate);
+      for (int64_t c = 0; c < Kp_; c += W) {
+        // a = lower_bound · sigmoid(exp(A_log) (g + dt_bias)); G += a; E = exp(G)
+        const Vec z = (S::load(gate + c) + S::load(s_.dt_bias.data() + c)) * gate_rate;
+        const Vec g_sum = S::load(gate_sum + c) + lower_bound / (1.0f + S::exp(-z));
+        S::store(gate_sum + c, g_sum);
+        S::store(e_row + c, S::exp(g_sum));
+      }
+    }
+
+    // The intra-chunk products use decays referenced to the middle token m, so both factors of
+    // exp(G_t − G_s) = exp(G_t − G_m) · exp(G_m − G_s) stay within exp(±40), away from denormals.
+    const float* e_mid = s_.decay.data() + (L - 1) / 2 * Kp_;
+    const float* e_last = s_.decay.data() + (L - 1) * Kp_;
+    float* kq_start_t = s_.kq_start_t.data();
+    float* k_bar_mid_t = s_.k_bar_mid_t.data();
+    for (int64_t i = 0; i < kChunk; ++i) {
+      const float* k_row = s_.k_hat.data() + i * Kp_;
+      const float* q_row = s_.q_hat.data() + i * Kp_;
+      const float* e_row = s_.decay.data() + i * Kp_;
+      float* k_mid = s_.kq_mid.data() + i * Kp_;
+      float* q_mid = s_.kq_mid.data() + (kChunk + i) * Kp_;
+      float* k_dec = s_.k_dec.data() + i * Kp_;
+      for (int64_t c = 0; c < Kp_; c += W) {
+        const Vec k = S::load(k_row + c), q = S::load(q_row + c);
+        const Vec e = S::load(e_row + c), em = S::load(e_mid + c);
+        const Vec inv_e = 1.0f / e, to_mid = e / em;
+        S::store(k_mid + c, k * to_mid);
+        S::store(q_mid + c, q * to_mid);
+        S::store(k_dec + c, k * (S::load(e_last + c) * inv_e));
+        const Vec k_bar_mid = k * (em * inv_e), k_start = k * e, q_start = q * e;
+        for (int j = 0; j < W; ++j) {
+          k_bar_mid_t[(c + j) * kChunk + i] = k_bar_mid[j];
+          kq_start_t[(c + j) * 2 * kChunk + i] = k_start[j];
+          kq_start_t[(c + j) * 2 * kChunk + kChunk + i] = q_start[j];
+        }
+      }
+    }
+  }
+
+  // inter = [Kt; Qt] · S0ᵀ (2C × Vp) and intra = [Kt; Qt]_mid · Kbar_midᵀ (2C × C). Each pass holds 8
+  // accumulator registers at any width: kRows rows of S share every load of [Kt; Qt], and intra
+  // takes W/2 rows at once (with one row its two accumulator chains waited on the FMA latency). The
+  // accumulators hold rows of S0 · [Kt; Qt]ᵀ; they are stored transposed so the solve reads inter by rows.
+  FLASH_KDA_INLINE void products() {
+    constexpr int kVecs = 2 * kChunk / W;  // vectors per row of S0 · [Kt; Qt]ᵀ
+    const float* kq_start_t = s_.kq_start_t.data();
+    for (int64_t r = 0; r < Vp_; r += kRows) {
+      const float* rows = s_.state.data() + r * Kp_;
+      Vec acc[kRows][kVecs] = {};
+      for (int64_t c = 0; c < Kp_; ++c) {
+        const float* x = kq_start_t + c * 2 * kChunk;
+        for (int j = 0; j < kVecs; ++j) {
+          const Vec xj = S::load(x + j * W);
+          for (int i = 0; i < kRows; ++i) acc[i][j] += rows[i * Kp_ + c] * xj;
+        }
+      }
+      for (int i = 0; i < kRows; ++i)
+        for (int j = 0; j < kVecs; ++j)
+          for (int lane = 0; lane < W; ++lane)
+            s_.inter[size_t((j * W + lane) * Vp_ + r + i)] = acc[i][j][lane];
+    }
+
+    constexpr int kIntraVecs = kChunk / W, kIntraRows = W / 2;
+    const float* k_bar_mid_t = s_.k_bar_mid_t.data();
+    for (int64_t i0 = 0; i0 < 2 * kChunk; i0 += kIntraRows) {
+      const float* x = s_.kq_mid.data() + i0 * Kp_;
+      Vec acc[kIntraRows][kIntraVecs] = {};
+      for (int64_t c = 0; c < Kp_; ++c)
+        for (int j = 0; j < kIntraVecs; ++j) {
+          const Vec y = S::load(k_bar_mid_t + c * kChunk + j * W);
+          for (int i = 0; i < kIntraRows; ++i) acc[i][j] += x[i * Kp_ + c] * y;
+        }
+      for (int i = 0; i < kIntraRows; ++i)
+        for (int j = 0; j < kIntraVecs; ++j) S::store(s_.intra.data() + (i0 + i) * kChunk + j * W, acc[i][j]);
+    }
+  }
+
+  // U by forward substitution, U_t = β_t (v_t − Kt_t S0ᵀ − Σ_{s<t} A[t,s] U_s), then
+  // O_t = Qt_t S0ᵀ + Σ_{s<=t} M[t,s] U_s. The causal masks are the loop bounds (selection), so the
+  // unused upper entries of intra never meet a multiplication.
+  FLASH_KDA_INLINE void solve_and_output(int64_t t0, int64_t L) {
+    const float* inter = s_.inter.data();
+    const float* intra = s_.intra.data();
+    float* u = s_.u.data();
+    float* o = s_.o.data();
+    for (int64_t t = 0; t < L; ++t) {
+      const uint16_t* v = task_.v + (t0 + t) * task_.v_stride;
+      float* u_t = u + t * Vp_;
+      for (int64_t r = 0; r < Vp_; ++r) u_t[r] = -inter[t * Vp_ + r];
+      for (int64_t r = 0; r < V_; ++r) u_t[r] += bf16_to_float(v[r]);
+      for (int64_t s = 0; s < t; ++s) {
+        const float a = intra[t * kChunk + s];
+        const float* u_s = u + s * Vp_;
+        for (int64_t r = 0; r < Vp_; ++r) u_t[r] -= a * u_s[r];
+      }
+      const float beta = s_.beta[t];
+      for (int64_t r = 0; r < Vp_; ++r) u_t[r] *= beta;
+    }
+    for (int64_t t = 0; t < L; ++t) {
+      for (int64_t r = 0; r < Vp_; ++r) o[r] = inter[(kChunk + t) * Vp_ + r];
+      for (int64_t s = 0; s <= t; ++s) {
+        const float m = intra[(kChunk + t) * kChunk + s];
+        const float* u_s = u + s * Vp_;
+        for (int64_t r = 0; r < Vp_; ++r) o[r] += m * u_s[r];
+      }
+      uint16_t* out = task_.out + (t0 + t) * task_.out_stride;
+      for (int64_t r = 0; r < V_; ++r) out[r] = float_to_bf16(o[r]);
+    }
+  }
+
+  // S = S0 · Diag(E_L) + Uᵀ · Kdec, on blocks of two rows × kBlock columns held in registers.
+  FLASH_KDA_INLINE void update_state(int64_t L) {
+    constexpr int kVecs = kBlock / W;
+    const float* e_last = s_.decay.data() + (L - 1) * Kp_;
+    const float* u = s_.u.data();
+    for (int64_t r = 0; r < Vp_; r += 2) {
+      float* row0 = s_.state.data() + r * Kp_;
+      float* row1 = row0 + Kp_;
+      for (int64_t c0 = 0; c0 < Kp_; c0 += kBlock) {
+        Vec acc0[kVecs], acc1[kVecs];
+        for (int j = 0; j < kVecs; ++j) {
+          const Vec e = S::load(e_last + c0 + j * W);
+          acc0[j] = S::load(row0 + c0 + j * W) * e;
+          acc1[j] = S::load(row1 + c0 + j * W) * e;
+        }
+        for (int64_t s = 0; s < L; ++s) {
+          const float u0 = u[s * Vp_ + r], u1 = u[s * Vp_ + r + 1];
+          const float* k_dec = s_.k_dec.data() + s * Kp_ + c0;
+          for (int j = 0; j < kVecs; ++j) {
+            const Vec k = S::load(k_dec + j * W);
+            acc0[j] += u0 * k;
+            acc1[j] += u1 * k;
+          }
+        }
+        for (int j = 0; j < kVecs; ++j) {
+          S::store(row0 + c0 + j * W, acc0[j]);
+          S::store(row1 + c0 + j * W, acc1[j]);
+        }
+      }
+    }
+  }
+
+  const FwdParams& p_;
+  const HeadTask& task_;
+  ChunkedScratch& s_;
+  const int64_t K_, V_, Kp_, Vp_;
+};
+
+using RunHead = void (*)(const FwdParams&, const HeadTask&, ChunkedScratch&);
+
+void run_head_portable(const FwdParams& p, const HeadTask& task, ChunkedScratch& scratch) {
+  HeadRunner<4>(p, task, scratch).run();
+}
+
+#if defined(__x86_64__)
+// The same code compiled for AVX2 + FMA (HeadRunner and Simd are always_inline, so all of it takes
+// this function's target): 8-wide vectors and fused multiply-adds.
+__attribute__((target("avx2,fma"))) void run_head_avx2(const FwdParams& p, const HeadTask& task,
+                                                       ChunkedScratch& scratch) {
+  HeadRunner<8>(p, task, scratch).run();
+}
+#endif
+
+// Picks the widest kernel this CPU runs, once per process, so every call (and every sequence of a
+// call) takes the same arithmetic path. FLASH_KDA_CPU_ISA=portable forces the 4-wide baseline kernel,
+// which is how the tests cover it on AVX2 machines.
+RunHead select_kernel() {
+  const char* isa = std::getenv("FLASH_KDA_CPU_ISA");
+  if (isa && std::string(isa) == "portable") return run_head_portable;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return run_head_avx2;
+#endif
+  return run_head_portable;
+}
+
+}  // namespace
+
+Status chunked_fwd(const FwdParams& p) {
+  static const RunHead run_head = select_kernel();
+  return for_each_head<ChunkedScratch>(
+      p, [&](const HeadTask& task, ChunkedScratch& scratch) { run_head(p, task, scratch); });
+}
+
+}  // namespace flash_kda::cpu

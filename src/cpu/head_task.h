@@ -1,0 +1,150 @@
+// The unit of work of the CPU backends: one sequence and one value head, with its inputs located and
+// its state slices found. Shared by the float64 reference and the fp32 chunked path so both read the
+// parameters the same way (strides, GVA head mapping, varlen bounds, state dtypes).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <numeric>
+#include <vector>
+
+#include "../api/backends.h"
+#include "../common/bf16.h"
+#include "flash_kda/flash_kda.h"
+#include "parallel.h"
+
+namespace flash_kda::cpu {
+
+// Inputs of one (sequence, value head), positioned at the sequence's first token; `*_stride` is the
+// element distance between consecutive tokens. Pointers are null when the sequence is empty.
+struct HeadTask {
+  int64_t length = 0;  // tokens in the sequence
+  const uint16_t* q = nullptr;
+  const uint16_t* k = nullptr;
+  const uint16_t* v = nullptr;
+  const uint16_t* g = nullptr;
+  const uint16_t* beta = nullptr;
+  uint16_t* out = nullptr;
+  int64_t q_stride = 0, k_stride = 0, v_stride = 0, g_stride = 0, beta_stride = 0, out_stride = 0;
+  float A_log = 0.0f;
+  const float* dt_bias = nullptr;       // [K]
+  const void* initial_state = nullptr;  // [V, K] slice, or null (zeros)
+  void* final_state = nullptr;          // [V, K] slice, or null (not written)
+};
+
+inline HeadTask make_head_task(const FwdParams& p, int64_t n, int64_t hv) {
+  const int64_t HV = p.heads_v > 0 ? p.heads_v : p.heads;
+  const int64_t h = hv / (HV / p.heads);  // GVA: HV/H value heads share one q/k head
+  const int64_t K = p.head_dim_k, V = p.head_dim_v;
+
+  HeadTask t;
+  const SeqRange range = host_sequence_range(p, n);
+  t.length = range.end - range.begin;
+  t.A_log = p.A_log[hv];
+  t.dt_bias = p.dt_bias + hv * K;
+  if (t.length > 0) {
+    auto at = [&](const void* base, const ActStrides& s, int64_t head) {
+      return static_cast<const uint16_t*>(base) + range.row * s.batch + range.begin * s.token + head * s.head;
+    };
+    t.q = at(p.q, p.q_strides, h);
+    t.k = at(p.k, p.k_strides, h);
+    t.v = at(p.v, p.v_strides, hv);
+    t.g = at(p.g, p.g_strides, hv);
+    t.beta = at(p.beta, p.beta_strides, hv);
+    t.out = const_cast<uint16_t*>(at(p.out, p.out_strides, hv));
+    t.q_stride = p.q_strides.token;
+    t.k_stride = p.k_strides.token;
+    t.v_stride = p.v_strides.token;
+    t.g_stride = p.g_strides.token;
+    t.beta_stride = p.beta_strides.token;
+    t.out_stride = p.out_strides.token;
+  }
+  const int64_t elem = p.state_dtype == DType::kF32 ? 4 : 2;
+  const int64_t offset = (n * HV + hv) * V * K * elem;
+  if (p.initial_state) t.initial_state = static_cast<const char*>(p.initial_state) + offset;
+  if (p.final_state) t.final_state = static_cast<char*>(p.final_state) + offset;
+  return t;
+}
+
+// Reads a V×K state slice (bf16 or fp32; zeros when src is null) into `state`, whose rows are `pitch`
+// >= K elements apart; the columns past K are left as they are.
+template <typename Real>
+void load_state(const FwdParams& p, const void* src, Real* state, int64_t pitch) {
+  const int64_t K = p.head_dim_k, V = p.head_dim_v;
+  for (int64_t r = 0; r < V; ++r) {
+    Real* row = state + r * pitch;
+    if (!src) {
+      std::fill(row, row + K, Real(0));
+    } else if (p.state_dtype == DType::kF32) {
+      const float* s = static_cast<const float*>(src) + r * K;
+      for (int64_t c = 0; c < K; ++c) row[c] = Real(s[c]);
+    } else {
+      const uint16_t* s = static_cast<const uint16_t*>(src) + r * K;
+      for (int64_t c = 0; c < K; ++c) row[c] = Real(bf16_to_float(s[c]));
+    }
+  }
+}
+
+// Rounds a double to the nearest bf16 (ties to even) with a single rounding: going through float
+// could land exactly on a bf16 tie that the double was not on, and then round the wrong way.
+inline uint16_t double_to_bf16(double x) {
+  float f = float(x);
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0xffffu) == 0x8000u && double(f) != x)
+    f = std::nextafter(
+        f, x > double(f) ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity());
+  return float_to_bf16(f);
+}
+
+inline uint16_t to_bf16(float x) { return float_to_bf16(x); }
+inline uint16_t to_bf16(double x) { return double_to_bf16(x); }
+
+// Writes a V×K state slice (rows `pitch` elements apart) in the state dtype; nothing when dst is null.
+template <typename Real>
+void store_state(const FwdParams& p, const Real* state, int64_t pitch, void* dst) {
+  if (!dst) return;
+  const int64_t K = p.head_dim_k, V = p.head_dim_v;
+  for (int64_t r = 0; r < V; ++r) {
+    const Real* row = state + r * pitch;
+    if (p.state_dtype == DType::kF32) {
+      float* d = static_cast<float*>(dst) + r * K;
+      for (int64_t c = 0; c < K; ++c) d[c] = float(row[c]);
+    } else {
+      uint16_t* d = static_cast<uint16_t*>(dst) + r * K;
+      for (int64_t c = 0; c < K; ++c) d[c] = to_bf16(row[c]);
+    }
+  }
+}
+
+// Runs run_head(task, scratch) for every (sequence, value head) on p.cpu_threads threads. Sequences are
+// handed out longest first so that a long sequence does not start last and run alone. Each item reads
+// only its own inputs and state slice, so the schedule cannot change any result (batch invariance).
+template <typename Scratch, typename RunHead>
+Status for_each_head(const FwdParams& p, const RunHead& run_head) {
+  const int64_t N = num_sequences(p);
+  const int64_t HV = p.heads_v > 0 ? p.heads_v : p.heads;
+  try {
+    std::vector<int64_t> order(size_t(N), 0);
+    std::vector<int64_t> length(size_t(N), 0);
+    for (int64_t n = 0; n < N; ++n) {
+      const SeqRange r = host_sequence_range(p, n);
+      length[size_t(n)] = r.end - r.begin;
+    }
+    std::iota(order.begin(), order.end(), int64_t(0));
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return length[size_t(a)] > length[size_t(b)]; });
+    parallel_for<Scratch>(N * HV, p.cpu_threads, [&](int64_t i, Scratch& scratch) {
+      run_head(make_head_task(p, order[size_t(i / HV)], i % HV), scratch);
+    });
+  } catch (const std::bad_alloc&) {
+    return {StatusCode::kUnsupported, "cpu backend: out of memory"};
+  }
+  return Status::Ok();
+}
+
+}  // namespace flash_kda::cpu

@@ -1,0 +1,242 @@
+// Every rejection of validate.cpp: the status code, a message that names the argument, and no byte of
+// out or final_state (or initial_state) changed by the rejected call.
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace flash_kda::test {
+namespace {
+
+struct BadCase {
+  std::string name;
+  StatusCode code;
+  std::string argument;  // the message must start with "<argument>:"
+  std::function<void(FwdParams&)> corrupt;
+};
+
+std::ostream& operator<<(std::ostream& os, const BadCase& c) { return os << c.name; }
+
+// A valid varlen problem (the base every bad case edits) with poisoned outputs.
+Config base_config() {
+  Config cfg;
+  cfg.seq_lens = {5, 0, 11};
+  cfg.heads = 2;
+  cfg.head_dim_k = 32;
+  cfg.head_dim_v = 16;
+  return cfg;
+}
+
+// Checks a rejected call through fwd on one backend.
+void expect_rejected(const BadCase& bad, Backend backend, std::mt19937_64& rng) {
+  SCOPED_TRACE(backend == Backend::kCpu ? "kCpu" : "kCpuReference");
+  const Problem pb(base_config(), rng);
+  Result r = poisoned_result(pb);
+  FwdParams p = params_for(pb, backend, r);
+  // Outputs hold recognisable bytes, and the initial state is a separate copy we can watch too.
+  for (size_t i = 0; i < r.out.size(); ++i) r.out[i] = uint16_t(0x3f00 + i % 97);
+  const std::vector<uint16_t> out_before = r.out;
+  const StateBuffer final_before = r.final_state;
+  const StateBuffer initial_before = pb.initial_state;
+
+  ASSERT_TRUE(fwd(p).ok()) << "the base problem must be valid";
+  r.out = out_before;
+  r.final_state = final_before;
+  p = params_for(pb, backend, r);
+
+  bad.corrupt(p);
+  const Status s = fwd(p);
+  EXPECT_EQ(s.code, bad.code) << s.message;
+  EXPECT_EQ(s.message.rfind(bad.argument + ":", 0), 0u)
+      << "message should name '" << bad.argument << "': " << s.message;
+  EXPECT_TRUE(r.out == out_before) << "out was modified by a rejected call";
+  EXPECT_TRUE(r.final_state == final_before) << "final_state was modified by a rejected call";
+  EXPECT_TRUE(pb.initial_state == initial_before) << "initial_state was modified by a rejected call";
+}
+
+// A bad case that replaces cu_seqlens by `values` (owned by the case, so the pointer stays valid).
+template <typename I>
+BadCase bad_cu_seqlens(const std::string& name, const std::vector<int64_t>& values) {
+  auto cu = std::make_shared<std::vector<I>>(values.begin(), values.end());
+  return {name, StatusCode::kInvalidArgument, "cu_seqlens", [cu](FwdParams& p) {
+            p.cu_seqlens = cu->data();
+            p.cu_seqlens_dtype = sizeof(I) == 8 ? DType::kI64 : DType::kI32;
+            p.num_seqs = int64_t(cu->size()) - 1;
+          }};
+}
+
+std::vector<BadCase> bad_cases() {
+  using C = StatusCode;
+  const C kInvalid = C::kInvalidArgument, kType = C::kTypeMismatch;
+  std::vector<BadCase> cases = {
+      {"UnknownBackend", kInvalid, "backend", [](FwdParams& p) { p.backend = Backend(42); }},
+      {"NegativeBatch", kInvalid, "q", [](FwdParams& p) { p.batch = -1; }},
+      {"NegativeSeqlen", kInvalid, "q", [](FwdParams& p) { p.seqlen = -3; }},
+      {"ZeroHeads", kInvalid, "q", [](FwdParams& p) { p.heads = 0; }},
+      {"NegativeValueHeads", kInvalid, "v", [](FwdParams& p) { p.heads_v = -2; }},
+      {"ValueHeadsNotMultiple", kInvalid, "v", [](FwdParams& p) { p.heads_v = 3; }},
+      {"ValueHeadsFewer", kInvalid, "v",
+       [](FwdParams& p) {
+         p.heads = 4;
+         p.heads_v = 2;
+       }},
+      {"HeadDimKZero", kInvalid, "q", [](FwdParams& p) { p.head_dim_k = 0; }},
+      {"HeadDimKTooLarge", kInvalid, "q", [](FwdParams& p) { p.head_dim_k = 257; }},
+      {"HeadDimVZero", kInvalid, "v", [](FwdParams& p) { p.head_dim_v = 0; }},
+      {"HeadDimVTooLarge", kInvalid, "v", [](FwdParams& p) { p.head_dim_v = 1000; }},
+      {"ScaleInf", kInvalid, "scale", [](FwdParams& p) { p.scale = std::numeric_limits<float>::infinity(); }},
+      {"ScaleNan", kInvalid, "scale", [](FwdParams& p) { p.scale = std::nanf(""); }},
+      {"LowerBoundBelow", kInvalid, "lower_bound", [](FwdParams& p) { p.lower_bound = -5.01f; }},
+      {"LowerBoundZero", kInvalid, "lower_bound", [](FwdParams& p) { p.lower_bound = 0.0f; }},
+      {"LowerBoundPositive", kInvalid, "lower_bound", [](FwdParams& p) { p.lower_bound = 0.5f; }},
+      {"LowerBoundNan", kInvalid, "lower_bound", [](FwdParams& p) { p.lower_bound = std::nanf(""); }},
+      {"ALogNull", kInvalid, "A_log", [](FwdParams& p) { p.A_log = nullptr; }},
+      {"DtBiasNull", kInvalid, "dt_bias", [](FwdParams& p) { p.dt_bias = nullptr; }},
+      {"OutOverlapsItself", kInvalid, "out", [](FwdParams& p) { p.out_strides.head = 1; }},
+      {"OutTokensOverlap", kInvalid, "out",
+       [](FwdParams& p) {
+         const int64_t HV = p.heads_v > 0 ? p.heads_v : p.heads;
+         p.out_strides.token = HV * p.head_dim_v - 1;
+       }},
+      {"CuSeqlensDtype", kType, "cu_seqlens", [](FwdParams& p) { p.cu_seqlens_dtype = DType::kF32; }},
+      {"CuSeqlensNoDtype", kType, "cu_seqlens", [](FwdParams& p) { p.cu_seqlens_dtype = DType::kNone; }},
+      {"CuSeqlensWithBatch", kInvalid, "cu_seqlens",
+       [](FwdParams& p) {
+         p.batch = 2;
+         p.seqlen /= 2;
+       }},
+      {"NegativeNumSeqs", kInvalid, "cu_seqlens", [](FwdParams& p) { p.num_seqs = -1; }},
+      {"StateDtypeNone", kType, "initial_state", [](FwdParams& p) { p.state_dtype = DType::kNone; }},
+      {"StateDtypeInt", kType, "initial_state", [](FwdParams& p) { p.state_dtype = DType::kI32; }},
+      {"FinalStateDtype", kType, "final_state",
+       [](FwdParams& p) {
+         p.initial_state = nullptr;
+         p.state_dtype = DType::kI64;
+       }},
+      {"InitialStateMisaligned", kInvalid, "initial_state",
+       [](FwdParams& p) { p.initial_state = static_cast<const char*>(p.initial_state) + 2; }},
+      {"FinalStateMisaligned", kInvalid, "final_state",
+       [](FwdParams& p) { p.final_state = static_cast<char*>(p.final_state) + 1; }},
+      {"StatesPartlyOverlap", kInvalid, "final_state",
+       [](FwdParams& p) { p.initial_state = static_cast<const float*>(p.final_state) + 4; }},
+  };
+  // Null pointers and negative strides of each activation.
+  struct Act {
+    const char* name;
+    std::function<const void*&(FwdParams&)> ptr;
+    std::function<ActStrides&(FwdParams&)> strides;
+  };
+  const Act acts[] = {
+      {"q", [](FwdParams& p) -> const void*& { return p.q; },
+       [](FwdParams& p) -> ActStrides& { return p.q_strides; }},
+      {"k", [](FwdParams& p) -> const void*& { return p.k; },
+       [](FwdParams& p) -> ActStrides& { return p.k_strides; }},
+      {"v", [](FwdParams& p) -> const void*& { return p.v; },
+       [](FwdParams& p) -> ActStrides& { return p.v_strides; }},
+      {"g", [](FwdParams& p) -> const void*& { return p.g; },
+       [](FwdParams& p) -> ActStrides& { return p.g_strides; }},
+      {"beta", [](FwdParams& p) -> const void*& { return p.beta; },
+       [](FwdParams& p) -> ActStrides& { return p.beta_strides; }},
+  };
+  for (const Act& a : acts) {
+    cases.push_back(
+        {std::string("Null_") + a.name, kInvalid, a.name, [a](FwdParams& p) { a.ptr(p) = nullptr; }});
+    cases.push_back({std::string("NegativeStride_") + a.name, kInvalid, a.name, [a](FwdParams& p) {
+                       fill_contiguous_strides(p);
+                       a.strides(p).token = -a.strides(p).token;
+                     }});
+  }
+  cases.push_back({"Null_out", kInvalid, "out", [](FwdParams& p) { p.out = nullptr; }});
+  cases.push_back({"NegativeStride_out", kInvalid, "out", [](FwdParams& p) {
+                     fill_contiguous_strides(p);
+                     p.out_strides.head = -p.out_strides.head;
+                   }});
+  // cu_seqlens contents, in both index dtypes. The base problem has 16 tokens.
+  auto add_cu = [&](const std::string& name, const std::vector<int64_t>& values) {
+    cases.push_back(bad_cu_seqlens<int64_t>(name + "_Int64", values));
+    cases.push_back(bad_cu_seqlens<int32_t>(name + "_Int32", values));
+  };
+  add_cu("CuSeqlensNotStartingAtZero", {1, 5, 16});
+  add_cu("CuSeqlensDecreasing", {0, 9, 4, 16});
+  add_cu("CuSeqlensShort", {0, 5, 15});
+  add_cu("CuSeqlensLong", {0, 5, 17});
+  add_cu("CuSeqlensNegative", {0, -1, 16});
+  return cases;
+}
+
+class Rejects : public SeededTest, public ::testing::WithParamInterface<BadCase> {};
+
+TEST_P(Rejects, BeforeWritingAnything) {
+  for (Backend backend : {Backend::kCpu, Backend::kCpuReference}) expect_rejected(GetParam(), backend, rng_);
+}
+
+INSTANTIATE_TEST_SUITE_P(Validation, Rejects, ::testing::ValuesIn(bad_cases()),
+                         [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
+
+// ---- checks that only apply to the CUDA backend, through validate() (no device memory is touched) ----
+
+class ValidateDirectly : public SeededTest {
+ protected:
+  // Valid contiguous parameters for the CUDA backend whose host pointers are never dereferenced.
+  FwdParams cuda_params(const Problem& pb, Result& r) {
+    FwdParams p = params_for(pb, Backend::kCuda, r);
+    fill_contiguous_strides(p);
+    return p;
+  }
+
+  void expect_invalid(const FwdParams& p, StatusCode code, const std::string& argument) {
+    const Status s = validate(p);
+    EXPECT_EQ(s.code, code) << s.message;
+    EXPECT_EQ(s.message.rfind(argument + ":", 0), 0u) << s.message;
+  }
+};
+
+TEST_F(ValidateDirectly, RejectsWhatTheKernelsCannotDo) {
+  Config cfg = base_config();
+  cfg.head_dim_k = cfg.head_dim_v = 128;
+  const Problem pb(cfg, rng_);
+  Result r = poisoned_result(pb);
+  const FwdParams good = cuda_params(pb, r);
+  const Status ok = validate(good);
+  ASSERT_TRUE(ok.ok()) << ok.message;
+
+  FwdParams p = good;
+  p.head_dim_k = 64;
+  expect_invalid(p, StatusCode::kUnsupported, "q");
+  p = good;
+  p.q = static_cast<const uint16_t*>(p.q) + 1;
+  expect_invalid(p, StatusCode::kInvalidArgument, "q");
+  p = good;
+  p.v_strides.token += 4;
+  expect_invalid(p, StatusCode::kInvalidArgument, "v");
+  p = good;
+  p.initial_state = static_cast<const float*>(p.initial_state) + 1;
+  expect_invalid(p, StatusCode::kInvalidArgument, "initial_state");
+  // int32 offsets cannot address 2^31 tokens; the contents are not read for the CUDA backend.
+  p = good;
+  p.seqlen = int64_t(INT32_MAX) + 1;
+  p.cu_seqlens_dtype = DType::kI32;
+  p.q_strides = p.k_strides = p.v_strides = p.g_strides = p.out_strides = p.beta_strides = ActStrides{};
+  fill_contiguous_strides(p);
+  expect_invalid(p, StatusCode::kInvalidArgument, "cu_seqlens");
+}
+
+// validate() on parameters with the documented "all zero means contiguous" strides accepts exactly
+// what fwd accepts.
+TEST_F(ValidateDirectly, ZeroStridesMeanContiguous) {
+  const Problem pb(base_config(), rng_);
+  Result r = poisoned_result(pb);
+  const FwdParams p = params_for(pb, Backend::kCpu, r);
+  const Status s = validate(p);
+  EXPECT_TRUE(s.ok()) << s.message;
+}
+
+}  // namespace
+}  // namespace flash_kda::test

@@ -99,8 +99,9 @@ struct KdaConsumer {
       ptx::bar_sync(Tr::kBarFull0 + s, Tr::kHandoffThreads);
       const typename Tr::Stage& st = sm.stage[s];
 
-      // step 1: xk = S k_tilde^T - v^T, xq = S q_tilde^T
-      float xk[2][4], xq[2][4];
+      // step 1: xk = S k_tilde^T - v^T, xq = S q_tilde^T. Even and odd channel blocks of xk (needed
+      // first) go to separate accumulators: six independent MMA chains instead of four.
+      float xk[2][4], xq[2][4], xk_odd[2][4] = {};
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
         const float2 lo = pair(st.neg_v_t, vrow, 8 * n + 2 * t4), hi = pair(st.neg_v_t, vrow + 8, 8 * n + 2 * t4);
@@ -111,14 +112,19 @@ struct KdaConsumer {
       for (int j = 0; j < kTiles; ++j) {
         const float a0 = ptx::round_tf32(S[j][0]), a1 = ptx::round_tf32(S[j][2]);
         const float a2 = ptx::round_tf32(S[j][1]), a3 = ptx::round_tf32(S[j][3]);
-#pragma unroll
-        for (int n = 0; n < 2; ++n) {
-          const float2 bk = pair(st.k_tilde, 8 * n + g, 8 * j + 2 * t4);
-          ptx::mma_tf32(xk[n], a0, a1, a2, a3, bk.x, bk.y);
-          const float2 bq = pair(st.q_tilde, 8 * n + g, 8 * j + 2 * t4);
-          ptx::mma_tf32(xq[n], a0, a1, a2, a3, bq.x, bq.y);
-        }
+        // (tokens g, g + 8) x (channels 2t, 2t + 1): the B pairs of both token halves.
+        const float4 bk = *reinterpret_cast<const float4*>(&st.k_tilde[g][2 * (8 * j + 2 * t4)]);
+        const float4 bq = *reinterpret_cast<const float4*>(&st.q_tilde[g][2 * (8 * j + 2 * t4)]);
+        float(&ck)[2][4] = j % 2 ? xk_odd : xk;
+        ptx::mma_tf32(ck[0], a0, a1, a2, a3, bk.x, bk.z);
+        ptx::mma_tf32(ck[1], a0, a1, a2, a3, bk.y, bk.w);
+        ptx::mma_tf32(xq[0], a0, a1, a2, a3, bq.x, bq.z);
+        ptx::mma_tf32(xq[1], a0, a1, a2, a3, bq.y, bq.w);
       }
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) xk[n][r] += xk_odd[n][r];
 
       // step 2: U^T = xk (-T)^T
       float u[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};

@@ -210,13 +210,20 @@ struct KdaProducer {
     const float gamma = ptx::ex2(G[C - 1]);
     float k_dec[C];
 #pragma unroll
-    for (int t = 0; t < C; ++t) {
-      const float e = ptx::ex2(G[t]);   // in [2^-115.4, 1]
-      const float r = ptx::ex2(-G[t]);  // in [1, 2^115.4]; independent of e (no MUFU chain)
-      st.k_tilde[t][c] = ptx::round_tf32(k_hat[t] * e);
-      st.q_tilde[t][c] = ptx::round_tf32(q_hat[t] * e);
-      grp.k_bar[t][c] = ptx::round_tf32(k_hat[t] * r);
-      k_dec[t] = ptx::round_tf32(k_hat[t] * (gamma * r));  // gamma <= e, so the factor is <= 1
+    for (int t = 0; t < C / 2; ++t) {  // tokens t and t + 8 share one interleaved 8-byte store
+      float k_til[2], q_til[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int u = t + h * C / 2;
+        const float e = ptx::ex2(G[u]);   // in [2^-115.4, 1]
+        const float r = ptx::ex2(-G[u]);  // in [1, 2^115.4]; independent of e (no MUFU chain)
+        k_til[h] = ptx::round_tf32(k_hat[u] * e);
+        q_til[h] = ptx::round_tf32(q_hat[u] * e);
+        grp.k_bar[u][c] = ptx::round_tf32(k_hat[u] * r);
+        k_dec[u] = ptx::round_tf32(k_hat[u] * (gamma * r));  // gamma <= e, so the factor is <= 1
+      }
+      *reinterpret_cast<float2*>(&st.k_tilde[t][2 * c]) = make_float2(k_til[0], k_til[1]);
+      *reinterpret_cast<float2*>(&st.q_tilde[t][2 * c]) = make_float2(q_til[0], q_til[1]);
     }
     st.gamma[c] = gamma;
 #pragma unroll
@@ -235,14 +242,14 @@ struct KdaProducer {
     const int warp = ptid >> 5, lane = ptid & 31, g = lane >> 2, t4 = lane & 3;
     const bool is_m = warp >= 2;
     const int n0 = (warp & 1) * 8;
-    const float(*lhs)[Tr::kPitchK] = is_m ? st.q_tilde : st.k_tilde;
+    const float(*lhs)[Tr::kPitchKI] = is_m ? st.q_tilde : st.k_tilde;
     float acc[4][4] = {};
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
-      const float2 lo = *reinterpret_cast<const float2*>(&lhs[g][8 * j + 2 * t4]);
-      const float2 hi = *reinterpret_cast<const float2*>(&lhs[g + 8][8 * j + 2 * t4]);
+      // (rows g, g + 8) x (channels 2t, 2t + 1) in one load: exactly the A fragment a0..a3.
+      const float4 a4 = *reinterpret_cast<const float4*>(&lhs[g][2 * (8 * j + 2 * t4)]);
       const float2 b = *reinterpret_cast<const float2*>(&grp.k_bar[n0 + g][8 * j + 2 * t4]);
-      ptx::mma_tf32(acc[j % 4], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+      ptx::mma_tf32(acc[j % 4], a4.x, a4.y, a4.z, a4.w, b.x, b.y);
     }
 #pragma unroll
     for (int r = 0; r < 4; ++r) {

@@ -60,6 +60,11 @@ struct KdaFwdTraits {
   // Row pitches (floats) chosen so that the 8-byte fragment loads of a half-warp (rows g = 0..3,
   // columns 2t..2t+1) hit 16 distinct bank pairs: pitch mod 32 = 8 or 24.
   static constexpr int kPitchK = kDim + 8;     // [token][channel] tiles
+  // Token-interleaved tiles hold element (t, c) at [t % 8][2c + t / 8]: the four values a tf32 A
+  // fragment needs (rows g and g + 8, channels 2t and 2t + 1), or the B pairs of both token
+  // halves, are then one 16-byte load. A pitch of 272 (16 mod 32 banks) keeps a quarter-warp's
+  // 16-byte loads conflict-free.
+  static constexpr int kPitchKI = 2 * kDim + 16;
   static constexpr int kPitchT = kChunk + 8;   // [channel][token] and [token][token] tiles
 
   // Named barrier ids.
@@ -68,8 +73,8 @@ struct KdaFwdTraits {
   static constexpr int kBarGroup0 = 1 + 2 * kStages;  // + group: the group's own barrier
 
   struct Stage {  // one prepared chunk, all values already rounded to tf32
-    float k_tilde[kChunk][kPitchK];   // k_hat_t * 2^{G_t}                    (state product)
-    float q_tilde[kChunk][kPitchK];   // scale * q_hat_t * 2^{G_t}            (state product)
+    float k_tilde[kChunk / 2][kPitchKI];  // k_hat_t * 2^{G_t}, token-interleaved
+    float q_tilde[kChunk / 2][kPitchKI];  // scale * q_hat_t * 2^{G_t}, token-interleaved
     float k_dec_t[kDim][kPitchT];     // k_hat_s * 2^{G_last - G_s}, [channel][token]
     float neg_v_t[kVRows][kPitchT];   // -v, [value row][token]
     float neg_t[kChunk][kPitchT];     // -(I + diag(beta) A)^{-1} diag(beta), [t][s]

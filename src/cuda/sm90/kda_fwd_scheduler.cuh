@@ -20,23 +20,50 @@ __device__ __forceinline__ int64_t load_cu_seqlen(const KdaFwdArgs& a, int i) {
                           : static_cast<int64_t>(static_cast<const int32_t*>(a.cu_seqlens)[i]);
 }
 
+// Token range [begin, begin + len) of sequence n. Offsets are clamped into [0, T] so that malformed
+// cu_seqlens cannot cause out-of-bounds accesses; their contents are validated on the host by the
+// Python layer (docs/api.md).
+__device__ __forceinline__ void sequence_bounds(const KdaFwdArgs& a, int n, int64_t& begin, int64_t& len) {
+  int64_t b = load_cu_seqlen(a, n), e = load_cu_seqlen(a, n + 1);
+  b = b < 0 ? 0 : (b > a.seqlen ? a.seqlen : b);
+  e = e < b ? b : (e > a.seqlen ? a.seqlen : e);
+  begin = b;
+  len = e - b;
+}
+
+// Packed batches of up to this many sequences are scheduled longest first.
+constexpr int kSortMaxSeqs = 64;
+
 // Heads and slices of one sequence are adjacent in launch order, so the CTAs sharing a sequence's
 // q/k/g tiles run together and those tiles are read from L2 after the first CTA fetches them.
-__device__ __forceinline__ WorkUnit schedule_work(const KdaFwdArgs& a) {
+// In a packed batch the sequences are launched longest first (CTAs start roughly in launch order):
+// a long sequence launched last would otherwise run alone at the end (DESIGN: ~30% lost to
+// imbalance). Every thread of the CTA must call this (it synchronises the CTA once).
+__device__ __forceinline__ WorkUnit schedule_work(const KdaFwdArgs& a, int& scratch) {
   WorkUnit w;
   const int unit = blockIdx.x;
   w.slice = unit % a.slices;
   w.hv = (unit / a.slices) % a.heads_v;
   w.seq = unit / (a.slices * a.heads_v);
   if (a.cu_seqlens) {
-    // Offsets are clamped into [0, T] so that malformed cu_seqlens cannot cause out-of-bounds
-    // accesses; their contents are validated on the host by the Python layer (docs/api.md).
-    int64_t b = load_cu_seqlen(a, w.seq), e = load_cu_seqlen(a, w.seq + 1);
-    b = b < 0 ? 0 : (b > a.seqlen ? a.seqlen : b);
-    e = e < b ? b : (e > a.seqlen ? a.seqlen : e);
+    if (a.num_seqs > 1 && a.num_seqs <= kSortMaxSeqs) {
+      // Thread i ranks sequence i (longer first, ties by index); the one ranked w.seq is ours.
+      const int i = threadIdx.x;
+      if (i < a.num_seqs) {
+        int64_t b, len_i, len_j;
+        sequence_bounds(a, i, b, len_i);
+        int rank = 0;
+        for (int j = 0; j < a.num_seqs; ++j) {
+          sequence_bounds(a, j, b, len_j);
+          rank += len_j > len_i || (len_j == len_i && j < i);
+        }
+        if (rank == w.seq) scratch = i;
+      }
+      __syncthreads();
+      w.seq = scratch;
+    }
     w.row = 0;
-    w.begin = b;
-    w.len = e - b;
+    sequence_bounds(a, w.seq, w.begin, w.len);
   } else {
     w.row = w.seq;
     w.begin = 0;

@@ -100,6 +100,7 @@ struct KdaFwdTraits {
     Stage stage[kStages];
     Group group[kProducerGroups];
     uint16_t out_stage[kConsumerWarps][kChunk][16];
+    int scheduled_seq;  // the scheduler's pick, shared by the CTA
   };
   static constexpr int kSmemBytes = sizeof(Smem);
 };

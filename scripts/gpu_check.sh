@@ -1,25 +1,44 @@
 #!/usr/bin/env bash
-# The GPU checks of the CUDA forward, for anyone with an H200 (sm_90):
-#   correctness against the float64 reference and the fp32 GPU recurrence, compute-sanitizer
-#   memcheck and racecheck on a small varlen case, then the BENCH.md prefill benchmark.
-# Usage: bash scripts/gpu_check.sh [build-dir] [out-dir]
+# The GPU checks of the CUDA forward, for anyone with an H200 (sm_90). In order:
+#   1. correctness against the float64 reference and the fp32 GPU recurrence (kda_gpu_check check);
+#   2. compute-sanitizer memcheck and racecheck on a small varlen case;
+#   3. the BENCH.md prefill benchmark from C++ (kda_gpu_check bench: median, copy floor in the run);
+#   4. if Python with torch is present: pip install . (no build isolation: works offline), the
+#      Python benchmark with fla's Triton chunk_kda timed on the same inputs when fla is importable
+#      (fla wheels in .whl/ are installed into /tmp/site), and pytest including the CUDA tests.
+# Usage: bash scripts/gpu_check.sh [build-dir] [out-dir]        (FLA_CASES="fixed96 fixed32" by default)
 # The build folder is configured and built here if it holds no kda_gpu_check yet.
 set -uo pipefail
 BUILD=${1:-build-cuda}
 OUTDIR=${2:-${OUT:-/tmp/flash_kda_gpu}}
 mkdir -p "$OUTDIR"
+export PYTHONUNBUFFERED=1
 TOOL=$BUILD/tools/kda_gpu_check
 if [[ ! -x $TOOL ]]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASH_KDA_BUILD_TESTS=OFF >/dev/null &&
     cmake --build "$BUILD" -j"$(nproc)" --target kda_gpu_check || exit 1
 fi
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 status=0
-echo "== check"; "$TOOL" check 2>&1 | tee "$OUTDIR/check.log" || status=1
+echo "== check"; "$TOOL" check >"$OUTDIR/check.log" 2>&1 || status=1
+grep -E "FAIL|PASSED|FAILED" "$OUTDIR/check.log"
 for tool in memcheck racecheck; do
   echo "== compute-sanitizer $tool"
   compute-sanitizer --tool "$tool" --error-exitcode 3 "$TOOL" sanitize >"$OUTDIR/sanitize_$tool.log" 2>&1 || status=1
-  tail -n 3 "$OUTDIR/sanitize_$tool.log"
+  tail -n 1 "$OUTDIR/sanitize_$tool.log"
 done
-echo "== bench"; "$TOOL" bench --reps "${REPS:-50}" --json "$OUTDIR/bench.json" 2>&1 | tee "$OUTDIR/bench.log" || status=1
+echo "== bench (C++)"; "$TOOL" bench --reps "${REPS:-30}" --json "$OUTDIR/bench_cpp.json" 2>&1 | grep -v seed || status=1
+if python3 -c "import torch" 2>/dev/null; then
+  if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+  fi
+  python3 -m pip install -q --no-build-isolation --no-deps . >"$OUTDIR/pip.log" 2>&1 || { status=1; tail "$OUTDIR/pip.log"; }
+  FLA=()
+  python3 -c "import fla" 2>/dev/null && FLA=(--fla ${FLA_CASES:-fixed96 fixed32})
+  echo "== pytest"; python3 -m pytest tests/python -q >"$OUTDIR/pytest.log" 2>&1 || status=1
+  tail -n 1 "$OUTDIR/pytest.log"
+  echo "== bench (Python, fla alongside)"
+  python3 bench/bench_fwd.py "${FLA[@]}" --reps 20 --json "$OUTDIR/bench_py.json" >"$OUTDIR/bench_py.log" 2>&1 || status=1
+  tail -n 12 "$OUTDIR/bench_py.log"
+fi
 exit $status

@@ -1,9 +1,11 @@
 // flash-kda public C++ API.
 //
 // One parameter struct (FwdParams) carries every argument of the KDA forward described in
-// docs/spec.md; one entry point (fwd) validates it and runs it on the chosen backend. Errors are
-// reported through a Status value whose message names the offending argument; nothing is written
-// to any output or state buffer by a call that returns an error, and nothing aborts the process.
+// docs/spec.md; one entry point (fwd) validates it and runs it on the chosen backend. The decode
+// step of a serving engine (1 to 8 tokens per sequence on a state pool, speculative verification)
+// has its own struct and entry point (DecodeParams, decode; docs/serving.md). Errors are reported
+// through a Status value whose message names the offending argument; nothing is written to any
+// output or state buffer by a call that returns an error, and nothing aborts the process.
 //
 // Shapes (B batch rows, T tokens per row, H query/key heads, HV value heads, K = V = 128):
 //   q, k        bf16 [B, T, H, K]     raw queries and keys (L2-normalised inside)
@@ -15,6 +17,7 @@
 //   dt_bias     fp32 [HV * K]
 //   initial_state / final_state: bf16 or fp32 [N, HV, V, K], contiguous, V-first layout
 //   cu_seqlens  int64 or int32 [N + 1] (requires B == 1), else N = B
+//   state pools (FwdParams::state_indices, DecodeParams): [P, HV, V, K], slot s = pool[s]
 #pragma once
 
 #include <cstddef>
@@ -94,6 +97,17 @@ struct FwdParams {
   void* final_state = nullptr;          // nullptr: not written; may equal initial_state
   DType state_dtype = DType::kNone;     // kBF16 or kF32 when either state is given
 
+  // ---- state pool (optional; docs/serving.md) ----
+  // With state_indices, initial_state and final_state are pools [pool_size, HV, V, K] (usually the
+  // same tensor) and sequence n reads and writes slot state_indices[n]. A negative index marks a
+  // padding sequence: it is skipped entirely (neither its out rows nor any state are written).
+  // Active sequences must use distinct slots.
+  const int32_t* state_indices = nullptr;  // int32 [N]
+  int64_t pool_size = 0;                   // P: slots in the pool(s), with state_indices
+  // Per sequence: nonzero = start from initial_state (its slot), zero = start from zeros. Needs
+  // initial_state. nullptr: every sequence starts from initial_state.
+  const uint8_t* has_initial_state = nullptr;  // bool / uint8 [N]
+
   // ---- variable-length batch ----
   const void* cu_seqlens = nullptr;  // nullptr: every batch row is one sequence
   DType cu_seqlens_dtype = DType::kNone;  // kI64 or kI32
@@ -126,6 +140,77 @@ size_t workspace_size(const FwdParams& p);
 // `stream`, performs no allocation and no host synchronisation (CUDA-graph capturable); for the
 // CPU backends `stream` is ignored and the call returns when the result is written.
 Status fwd(const FwdParams& params, cudaStream_t stream = nullptr);
+
+// ---- decode: 1..8 tokens per sequence on a state pool (docs/serving.md) ----
+
+// Most tokens a decode call takes per sequence (one new token plus up to 7 speculative drafts).
+constexpr int64_t kMaxDecodeTokens = 8;
+
+// The decode step of a serving engine. Inputs as in FwdParams with T <= kMaxDecodeTokens tokens per
+// sequence; the state lives in a pool [pool_size, HV, V, K] that the call reads and updates in place
+// through state_indices (int32 [N, slots_per_seq], rows state_indices_stride elements apart):
+//
+//   slots_per_seq == 1   sequence n reads slot state_indices[n] and writes its state after the
+//                        last token back to the same slot.
+//   slots_per_seq == S   speculative verification (S = 1 + number of draft tokens, T <= S): the
+//                        state after token t is written to slot state_indices[n][t]; the state is
+//                        read from state_indices[n][num_accepted_tokens[n] - 1] (column 0 when
+//                        num_accepted_tokens is nullptr). vLLM's convention.
+//
+// A sequence whose read slot is negative, or whose num_accepted_tokens is < 1, is padding: nothing
+// of it is read or written (out rows included). A negative write slot skips that one write. Slots
+// used by distinct active sequences must differ (the CPU backends check it, the CUDA backend
+// cannot; see docs/serving.md for what the CUDA backend does with values it cannot check).
+struct DecodeParams {
+  // ---- sizes ----
+  int64_t batch = 0;         // N sequences ([N, T, ...] inputs); 1 with cu_seqlens
+  int64_t seqlen = 0;        // T tokens per sequence, 0..kMaxDecodeTokens; with cu_seqlens the packed total
+  int64_t heads = 0;         // H
+  int64_t heads_v = 0;       // HV; 0 means HV = H
+  int64_t head_dim_k = 128;  // K
+  int64_t head_dim_v = 128;  // V
+
+  // ---- inputs and output: as in FwdParams ----
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* g = nullptr;
+  const void* beta = nullptr;
+  const float* A_log = nullptr;
+  const float* dt_bias = nullptr;
+  float scale = 0.0f;
+  float lower_bound = -5.0f;
+  void* out = nullptr;
+  ActStrides q_strides, k_strides, v_strides, g_strides, out_strides, beta_strides;
+
+  // ---- state pool ----
+  void* state = nullptr;             // [pool_size, HV, V, K], contiguous; read and written in place
+  DType state_dtype = DType::kNone;  // kBF16 or kF32
+  int64_t pool_size = 0;             // P
+  const int32_t* state_indices = nullptr;         // int32 [N, slots_per_seq]
+  int64_t slots_per_seq = 1;                      // S: 1, or 1 + draft tokens (speculative)
+  int64_t state_indices_stride = 0;               // elements between rows; 0 means slots_per_seq
+  const int32_t* num_accepted_tokens = nullptr;   // int32 [N], only with slots_per_seq > 1
+
+  // ---- variable-length batch: each sequence at most kMaxDecodeTokens tokens ----
+  const void* cu_seqlens = nullptr;
+  DType cu_seqlens_dtype = DType::kNone;
+  int64_t num_seqs = 0;
+
+  Backend backend = Backend::kCuda;
+  int cpu_threads = 0;
+};
+
+int64_t num_sequences(const DecodeParams& p);
+void fill_contiguous_strides(DecodeParams& p);
+
+// Checks every argument of a decode call (host-side only, as validate(FwdParams)).
+Status validate(const DecodeParams& p);
+
+// Validates, then advances every active sequence by its tokens: writes out and the pool slots. For
+// kCuda asynchronous on `stream`, no allocation, no host synchronisation (CUDA-graph capturable);
+// the CPU backends return when done (kCpu: the fp32 per-token recurrence; kCpuReference: float64).
+Status decode(const DecodeParams& params, cudaStream_t stream = nullptr);
 
 // Human-readable name of a dtype ("bf16", "fp32", ...).
 const char* dtype_name(DType d);

@@ -16,8 +16,8 @@ Status fwd(const FwdParams& params, cudaStream_t stream) {
   Status s = validate(p);
   if (!s.ok()) return s;
   switch (p.backend) {
-    case Backend::kCpuReference: return cpu::reference_fwd(p);
-    case Backend::kCpu: return cpu::chunked_fwd(p);
+    case Backend::kCpuReference: return cpu::reference_fwd(p, state_map(p));
+    case Backend::kCpu: return cpu::chunked_fwd(p, state_map(p));
     case Backend::kCuda: return cuda::fwd(p, stream);
   }
   return {StatusCode::kInvalidArgument, "backend: unknown value"};

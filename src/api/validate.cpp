@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "backends.h"
 #include "flash_kda/flash_kda.h"
@@ -89,8 +91,12 @@ const char* dtype_name(DType d) {
 }
 
 int64_t num_sequences(const FwdParams& p) { return p.cu_seqlens ? p.num_seqs : p.batch; }
+int64_t num_sequences(const DecodeParams& p) { return p.cu_seqlens ? p.num_seqs : p.batch; }
 
-void fill_contiguous_strides(FwdParams& p) {
+namespace {
+
+template <typename Params>
+void fill_strides(Params& p) {
   const int64_t HV = p.heads_v > 0 ? p.heads_v : p.heads;
   auto fill = [&](ActStrides& s, int64_t heads, int64_t dim) {
     if (s.batch == 0 && s.token == 0 && s.head == 0) {
@@ -107,6 +113,11 @@ void fill_contiguous_strides(FwdParams& p) {
   fill(p.beta_strides, HV, 1);
 }
 
+}  // namespace
+
+void fill_contiguous_strides(FwdParams& p) { fill_strides(p); }
+void fill_contiguous_strides(DecodeParams& p) { fill_strides(p); }
+
 SeqRange host_sequence_range(const FwdParams& p, int64_t n) {
   if (!p.cu_seqlens) return {n, 0, p.seqlen};
   int64_t b, e;
@@ -122,10 +133,11 @@ SeqRange host_sequence_range(const FwdParams& p, int64_t n) {
   return {0, b, e};
 }
 
-Status validate(const FwdParams& params) {
-  // All-zero strides mean "contiguous" (see ActStrides): check what fwd would run, not the zeros.
-  FwdParams p = params;
-  fill_contiguous_strides(p);
+namespace {
+
+// Sizes, scalars, activations, A_log / dt_bias and cu_seqlens: what the forward and decode share.
+// `p` has its strides filled.
+Status check_problem(const FwdParams& p) {
   const bool on_cuda = p.backend == Backend::kCuda;
   if (p.backend != Backend::kCuda && p.backend != Backend::kCpu && p.backend != Backend::kCpuReference)
     return invalid("backend: unknown value");
@@ -189,6 +201,71 @@ Status validate(const FwdParams& params) {
     if (p.cu_seqlens_dtype == DType::kI32 && p.seqlen > INT32_MAX)
       return invalid("cu_seqlens: int32 offsets cannot address more than 2^31-1 tokens");
   }
+  return Status::Ok();
+}
+
+Status check_index_pointer(const char* name, const void* ptr) {
+  if (reinterpret_cast<uintptr_t>(ptr) % alignof(int32_t) != 0)
+    return invalid(cat(name, ": pointer must be 4-byte aligned"));
+  return Status::Ok();
+}
+
+// The contents of the slot indices, read on the host (CPU backends only): every slot a sequence uses
+// lies in [0, P), the read column of speculative decoding lies in [0, S), a sequence has no more
+// tokens than slots, and no slot is used by two sequences (their results would then depend on the
+// order in which the sequences run, and on the GPU they would race).
+Status check_slot_contents(const FwdParams& view, const StateMap& m, int64_t P) {
+  const int64_t N = num_sequences(view);
+  const int64_t S = m.slots_per_seq;
+  std::vector<std::pair<int64_t, int64_t>> used;  // (slot, sequence)
+  for (int64_t n = 0; n < N; ++n) {
+    if (m.num_accepted && m.num_accepted[n] > S)
+      return invalid(cat("num_accepted_tokens: entry ", n, " is ", m.num_accepted[n],
+                         ", more than the slots per sequence (", S, ")"));
+    const SeqSlots s = host_seq_slots(m, n);
+    if (!s.active) continue;
+    const SeqRange r = host_sequence_range(view, n);
+    const int64_t length = r.end - r.begin;
+    if (s.per_token && length > S)
+      return invalid(cat("state_indices: sequence ", n, " has ", length, " tokens but ", S,
+                         " slots (speculative decoding writes one slot per token)"));
+    auto use = [&](int64_t slot) -> Status {
+      if (slot >= P)
+        return invalid(cat("state_indices: slot ", slot, " of sequence ", n, " is outside the pool of ", P,
+                           " slots"));
+      if (slot >= 0) used.emplace_back(slot, n);
+      return Status::Ok();
+    };
+    for (int64_t slot : {s.read, s.write}) {
+      Status st = use(slot);
+      if (!st.ok()) return st;
+    }
+    if (s.per_token) {
+      for (int64_t t = 0; t < length; ++t) {
+        Status st = use(s.per_token[t]);
+        if (!st.ok()) return st;
+      }
+    }
+  }
+  std::sort(used.begin(), used.end());
+  for (size_t i = 1; i < used.size(); ++i)
+    if (used[i].first == used[i - 1].first && used[i].second != used[i - 1].second)
+      return invalid(cat("state_indices: slot ", used[i].first, " is used by sequences ", used[i - 1].second,
+                         " and ", used[i].second, " (active sequences need distinct slots)"));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status validate(const FwdParams& params) {
+  // All-zero strides mean "contiguous" (see ActStrides): check what fwd would run, not the zeros.
+  FwdParams p = params;
+  fill_contiguous_strides(p);
+  const bool on_cuda = p.backend == Backend::kCuda;
+  Status st = check_problem(p);
+  if (!st.ok()) return st;
+  const int64_t HV = p.heads_v > 0 ? p.heads_v : p.heads;
+  const int64_t N = num_sequences(p);
 
   // ---- state ----
   if (p.initial_state || p.final_state) {
@@ -196,7 +273,8 @@ Status validate(const FwdParams& params) {
       return {StatusCode::kTypeMismatch, cat(p.initial_state ? "initial_state" : "final_state",
                                              ": dtype must be bf16 or fp32 (got ", dtype_name(p.state_dtype), ")")};
     const size_t elem = p.state_dtype == DType::kF32 ? 4 : 2;
-    const int64_t bytes = num_sequences(p) * HV * p.head_dim_v * p.head_dim_k * int64_t(elem);
+    const int64_t slots = p.state_indices ? std::max<int64_t>(p.pool_size, 0) : N;
+    const int64_t bytes = slots * HV * p.head_dim_v * p.head_dim_k * int64_t(elem);
     const int64_t align = on_cuda ? 16 : int64_t(elem);
     for (auto [name, ptr] : {std::pair<const char*, const void*>{"initial_state", p.initial_state},
                              {"final_state", p.final_state}})
@@ -210,10 +288,80 @@ Status validate(const FwdParams& params) {
     }
   }
 
+  // ---- state pool ----
+  if (p.state_indices) {
+    if (!p.initial_state && !p.final_state)
+      return invalid("state_indices: needs initial_state or final_state (the pool)");
+    if (p.pool_size < 0) return invalid(cat("pool_size: must be >= 0 (got ", p.pool_size, ")"));
+    st = check_index_pointer("state_indices", p.state_indices);
+    if (!st.ok()) return st;
+  }
+  if (p.has_initial_state && !p.initial_state)
+    return invalid("has_initial_state: needs initial_state");
+  if (!on_cuda && p.state_indices) {
+    st = check_slot_contents(p, state_map(p), p.pool_size);
+    if (!st.ok()) return st;
+  }
+
   // ---- workspace ----
   const size_t ws = workspace_size(p);
   if (ws > 0 && (p.workspace == nullptr || p.workspace_bytes < ws))
     return invalid(cat("workspace: needs ", ws, " bytes (got ", p.workspace_bytes, ")"));
+  return Status::Ok();
+}
+
+Status validate(const DecodeParams& params) {
+  DecodeParams d = params;
+  fill_contiguous_strides(d);
+  const FwdParams p = forward_view(d);
+  const bool on_cuda = p.backend == Backend::kCuda;
+  Status st = check_problem(p);
+  if (!st.ok()) return st;
+  if (!p.cu_seqlens && p.seqlen > kMaxDecodeTokens)
+    return invalid(cat("q: decode takes at most ", kMaxDecodeTokens, " tokens per sequence (got T=", p.seqlen,
+                       "); use fwd for longer sequences"));
+  const int64_t N = num_sequences(p);
+  if (p.cu_seqlens && !on_cuda) {
+    for (int64_t n = 0; n < N; ++n) {
+      const SeqRange r = host_sequence_range(p, n);
+      if (r.end - r.begin > kMaxDecodeTokens)
+        return invalid(cat("cu_seqlens: sequence ", n, " has ", r.end - r.begin, " tokens; decode takes at most ",
+                           kMaxDecodeTokens, " (use fwd)"));
+    }
+  }
+
+  // ---- the pool ----
+  if (d.state == nullptr) return invalid("state: null pointer");
+  if (d.state_dtype != DType::kBF16 && d.state_dtype != DType::kF32)
+    return {StatusCode::kTypeMismatch, cat("state: dtype must be bf16 or fp32 (got ", dtype_name(d.state_dtype), ")")};
+  const int64_t align = on_cuda ? 16 : (d.state_dtype == DType::kF32 ? 4 : 2);
+  if (reinterpret_cast<uintptr_t>(d.state) % align != 0)
+    return invalid(cat("state: pointer must be ", align, "-byte aligned"));
+  if (d.pool_size < 0) return invalid(cat("pool_size: must be >= 0 (got ", d.pool_size, ")"));
+
+  // ---- slot indices ----
+  if (d.state_indices == nullptr) return invalid("state_indices: null pointer");
+  st = check_index_pointer("state_indices", d.state_indices);
+  if (!st.ok()) return st;
+  if (d.slots_per_seq < 1 || d.slots_per_seq > kMaxDecodeTokens)
+    return invalid(cat("state_indices: slots per sequence must be in [1, ", kMaxDecodeTokens, "] (got ",
+                       d.slots_per_seq, ")"));
+  if (d.state_indices_stride != 0 && d.state_indices_stride < d.slots_per_seq)
+    return invalid(cat("state_indices: row stride (", d.state_indices_stride,
+                       ") must be 0 (contiguous) or >= slots_per_seq (", d.slots_per_seq, ")"));
+  if (d.slots_per_seq > 1 && !p.cu_seqlens && p.seqlen > d.slots_per_seq)
+    return invalid(cat("state_indices: speculative decoding writes one slot per token: slots_per_seq (",
+                       d.slots_per_seq, ") must be >= T (", p.seqlen, ")"));
+  if (d.num_accepted_tokens) {
+    if (d.slots_per_seq < 2)
+      return invalid("num_accepted_tokens: needs speculative state_indices (slots_per_seq > 1)");
+    st = check_index_pointer("num_accepted_tokens", d.num_accepted_tokens);
+    if (!st.ok()) return st;
+  }
+  if (!on_cuda) {
+    st = check_slot_contents(p, state_map(d), d.pool_size);
+    if (!st.ok()) return st;
+  }
   return Status::Ok();
 }
 

@@ -332,10 +332,10 @@ RunHead select_kernel() {
 
 }  // namespace
 
-Status chunked_fwd(const FwdParams& p) {
+Status chunked_fwd(const FwdParams& p, const StateMap& m) {
   static const RunHead run_head = select_kernel();
   return for_each_head<ChunkedScratch>(
-      p, [&](const HeadTask& task, ChunkedScratch& scratch) { run_head(p, task, scratch); });
+      p, m, [&](const HeadTask& task, ChunkedScratch& scratch) { run_head(p, task, scratch); });
 }
 
 }  // namespace flash_kda::cpu

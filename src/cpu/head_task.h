@@ -1,6 +1,6 @@
 // The unit of work of the CPU backends: one sequence and one value head, with its inputs located and
-// its state slices found. Shared by the float64 reference and the fp32 chunked path so both read the
-// parameters the same way (strides, GVA head mapping, varlen bounds, state dtypes).
+// its state slices found. Shared by the float64 reference and the fp32 paths so all read the
+// parameters the same way (strides, GVA head mapping, varlen bounds, state dtypes, pool slots).
 #pragma once
 
 #include <algorithm>
@@ -9,7 +9,6 @@
 #include <cstring>
 #include <limits>
 #include <new>
-#include <numeric>
 #include <vector>
 
 #include "../api/backends.h"
@@ -34,9 +33,12 @@ struct HeadTask {
   const float* dt_bias = nullptr;       // [K]
   const void* initial_state = nullptr;  // [V, K] slice, or null (zeros)
   void* final_state = nullptr;          // [V, K] slice, or null (not written)
+  // Speculative decoding: the state after token t goes to state_after[t] (null: not written).
+  void* state_after[kMaxDecodeTokens] = {};
+  bool per_token_states = false;
 };
 
-inline HeadTask make_head_task(const FwdParams& p, int64_t n, int64_t hv) {
+inline HeadTask make_head_task(const FwdParams& p, const StateMap& m, int64_t n, int64_t hv) {
   const int64_t HV = p.heads_v > 0 ? p.heads_v : p.heads;
   const int64_t h = hv / (HV / p.heads);  // GVA: HV/H value heads share one q/k head
   const int64_t K = p.head_dim_k, V = p.head_dim_v;
@@ -63,10 +65,18 @@ inline HeadTask make_head_task(const FwdParams& p, int64_t n, int64_t hv) {
     t.beta_stride = p.beta_strides.token;
     t.out_stride = p.out_strides.token;
   }
+  // Slot s of a state tensor holds [HV, V, K]; validation has checked every slot used here.
+  const SeqSlots slots = host_seq_slots(m, n);
   const int64_t elem = p.state_dtype == DType::kF32 ? 4 : 2;
-  const int64_t offset = (n * HV + hv) * V * K * elem;
-  if (p.initial_state) t.initial_state = static_cast<const char*>(p.initial_state) + offset;
-  if (p.final_state) t.final_state = static_cast<char*>(p.final_state) + offset;
+  auto offset = [&](int64_t slot) { return (slot * HV + hv) * V * K * elem; };
+  if (p.initial_state && slots.read >= 0)
+    t.initial_state = static_cast<const char*>(p.initial_state) + offset(slots.read);
+  if (p.final_state && slots.write >= 0) t.final_state = static_cast<char*>(p.final_state) + offset(slots.write);
+  if (p.final_state && slots.per_token) {
+    t.per_token_states = true;
+    for (int64_t i = 0; i < std::min(t.length, m.slots_per_seq); ++i)
+      if (slots.per_token[i] >= 0) t.state_after[i] = static_cast<char*>(p.final_state) + offset(slots.per_token[i]);
+  }
   return t;
 }
 
@@ -121,25 +131,28 @@ void store_state(const FwdParams& p, const Real* state, int64_t pitch, void* dst
   }
 }
 
-// Runs run_head(task, scratch) for every (sequence, value head) on p.cpu_threads threads. Sequences are
-// handed out longest first so that a long sequence does not start last and run alone. Each item reads
-// only its own inputs and state slice, so the schedule cannot change any result (batch invariance).
+// Runs run_head(task, scratch) for every (active sequence, value head) on p.cpu_threads threads.
+// Sequences are handed out longest first so that a long sequence does not start last and run alone.
+// Each item reads only its own inputs and state slices (distinct sequences use distinct slots), so
+// the schedule cannot change any result (batch invariance). Padding sequences are not visited.
 template <typename Scratch, typename RunHead>
-Status for_each_head(const FwdParams& p, const RunHead& run_head) {
+Status for_each_head(const FwdParams& p, const StateMap& m, const RunHead& run_head) {
   const int64_t N = num_sequences(p);
   const int64_t HV = p.heads_v > 0 ? p.heads_v : p.heads;
   try {
-    std::vector<int64_t> order(size_t(N), 0);
+    std::vector<int64_t> order;
     std::vector<int64_t> length(size_t(N), 0);
+    order.reserve(size_t(N));
     for (int64_t n = 0; n < N; ++n) {
       const SeqRange r = host_sequence_range(p, n);
       length[size_t(n)] = r.end - r.begin;
+      if (host_seq_slots(m, n).active) order.push_back(n);
     }
-    std::iota(order.begin(), order.end(), int64_t(0));
     std::stable_sort(order.begin(), order.end(),
                      [&](int64_t a, int64_t b) { return length[size_t(a)] > length[size_t(b)]; });
-    parallel_for<Scratch>(N * HV, p.cpu_threads, [&](int64_t i, Scratch& scratch) {
-      run_head(make_head_task(p, order[size_t(i / HV)], i % HV), scratch);
+    const int64_t items = int64_t(order.size()) * HV;
+    parallel_for<Scratch>(items, p.cpu_threads, [&](int64_t i, Scratch& scratch) {
+      run_head(make_head_task(p, m, order[size_t(i / HV)], i % HV), scratch);
     });
   } catch (const std::bad_alloc&) {
     return {StatusCode::kUnsupported, "cpu backend: out of memory"};

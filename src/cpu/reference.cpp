@@ -1,5 +1,6 @@
 // The float64 per-token recurrence of SPEC.md, written as the equations read: the test oracle
-// (Backend::kCpuReference). Deliberately unoptimised beyond fusing the row passes over the state.
+// (Backend::kCpuReference) of fwd and decode. Deliberately unoptimised beyond fusing the row passes
+// over the state.
 #include <cmath>
 #include <vector>
 
@@ -71,15 +72,16 @@ void run_head(const FwdParams& p, const HeadTask& task, ReferenceScratch& scratc
       }
       out[r] = double_to_bf16(scale * row_q);
     }
+    if (task.per_token_states && t < kMaxDecodeTokens) store_state(p, state, K, task.state_after[t]);
   }
   store_state(p, state, K, task.final_state);
 }
 
 }  // namespace
 
-Status reference_fwd(const FwdParams& p) {
+Status reference_fwd(const FwdParams& p, const StateMap& m) {
   return for_each_head<ReferenceScratch>(
-      p, [&](const HeadTask& task, ReferenceScratch& scratch) { run_head(p, task, scratch); });
+      p, m, [&](const HeadTask& task, ReferenceScratch& scratch) { run_head(p, task, scratch); });
 }
 
 }  // namespace flash_kda::cpu

@@ -273,9 +273,16 @@ struct KdaProducer {
     for (int t = 0; t < C; ++t) acc[t] = 0.f;
 #pragma unroll
     for (int s = 0; s < C; ++s) {
+      // Row s of L^T as 16-byte broadcasts (every lane reads the same row): a quarter of the loads.
+      float l_row[C];
+#pragma unroll
+      for (int t4 = (s + 1) / 4; t4 < C / 4; ++t4) {
+        const float4 l4 = *reinterpret_cast<const float4*>(&grp.l_t[s][4 * t4]);
+        l_row[4 * t4] = l4.x, l_row[4 * t4 + 1] = l4.y, l_row[4 * t4 + 2] = l4.z, l_row[4 * t4 + 3] = l4.w;
+      }
       x[s] = (s == j ? 1.f : 0.f) - acc[s];
 #pragma unroll
-      for (int t = s + 1; t < C; ++t) acc[t] = fmaf(grp.l_t[s][t], x[s], acc[t]);
+      for (int t = s + 1; t < C; ++t) acc[t] = fmaf(l_row[t], x[s], acc[t]);
     }
     const float beta_j = grp.beta[j];
 #pragma unroll

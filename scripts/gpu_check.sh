@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The GPU checks of the CUDA forward, for anyone with an H200 (sm_90). In order:
-#   1. correctness against the float64 reference and the fp32 GPU recurrence (kda_gpu_check check);
-#   2. compute-sanitizer memcheck and racecheck on a small varlen case;
-#   3. the BENCH.md prefill benchmark from C++ (kda_gpu_check bench: median, copy floor in the run);
+#   1. correctness against the float64 reference and the fp32 GPU recurrence (kda_gpu_check check;
+#      forward and decode);
+#   2. compute-sanitizer memcheck and racecheck on small varlen forward and decode cases;
+#   3. the BENCH.md prefill and decode benchmarks from C++ (kda_gpu_check bench, bench-decode:
+#      median, copy floor in the run);
 #   4. if Python with torch is present: pip install . (no build isolation: works offline), the
-#      Python benchmark with fla's Triton chunk_kda timed on the same inputs when fla is importable
-#      (fla wheels in .whl/ are installed into /tmp/site), and pytest including the CUDA tests.
+#      Python benchmark (python -m flash_kda.bench speed: results in OUTDIR/bench_py/) with fla's
+#      Triton chunk_kda timed on the same inputs when fla is importable (fla wheels in .whl/ are
+#      installed into /tmp/site), and pytest including the CUDA tests.
 # Usage: bash scripts/gpu_check.sh [build-dir] [out-dir]        (FLA_CASES="fixed96 fixed32" by default)
 # The build folder is configured and built here if it holds no kda_gpu_check yet.
 set -uo pipefail
@@ -28,17 +31,20 @@ for tool in memcheck racecheck; do
   tail -n 1 "$OUTDIR/sanitize_$tool.log"
 done
 echo "== bench (C++)"; "$TOOL" bench --reps "${REPS:-30}" --json "$OUTDIR/bench_cpp.json" 2>&1 | grep -v seed || status=1
+echo "== bench-decode (C++)"
+"$TOOL" bench-decode --reps "${REPS:-30}" --json "$OUTDIR/bench_decode.json" 2>&1 | grep -v seed || status=1
 if python3 -c "import torch" 2>/dev/null; then
   if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
   fi
   python3 -m pip install -q --no-build-isolation --no-deps . >"$OUTDIR/pip.log" 2>&1 || { status=1; tail "$OUTDIR/pip.log"; }
-  FLA=()
+  FLA=(--fla none)
   python3 -c "import fla" 2>/dev/null && FLA=(--fla ${FLA_CASES:-fixed96 fixed32})
   echo "== pytest"; python3 -m pytest tests/python -q >"$OUTDIR/pytest.log" 2>&1 || status=1
   tail -n 1 "$OUTDIR/pytest.log"
   echo "== bench (Python, fla alongside)"
-  python3 bench/bench_fwd.py "${FLA[@]}" --reps 20 --json "$OUTDIR/bench_py.json" >"$OUTDIR/bench_py.log" 2>&1 || status=1
-  tail -n 12 "$OUTDIR/bench_py.log"
+  python3 -m flash_kda.bench speed "${FLA[@]}" --reps 20 --no-progress --no-plots --out "$OUTDIR/bench_py" \
+    >"$OUTDIR/bench_py.log" 2>&1 || status=1
+  grep -A 14 "^| case" "$OUTDIR/bench_py.log"
 fi
 exit $status

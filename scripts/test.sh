@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command of the README and of CI. On a fresh machine it installs what the tests need
-# (GoogleTest from Debian when run as root, Python packages from PyPI), then:
+# (GoogleTest from Debian when run as root, Python packages from PyPI, torch included), then:
 #   1. configures and builds the C++ library, the CUDA kernels for sm_90a (compile only where no
 #      GPU is present), the GPU check tool and the GoogleTest suite; runs ctest;
 #   2. rebuilds the CPU code and tests with ASan/UBSan and runs ctest again;
@@ -14,6 +14,17 @@ if [[ ! -e /usr/include/gtest/gtest.h && $(id -u) == 0 ]]; then
   apt-get update -qq && apt-get install -y -qq libgtest-dev cmake g++ ninja-build >/dev/null
 fi
 python3 -m pip install -q --disable-pip-version-check numpy ml_dtypes nanobind scikit-build-core pytest ninja
+# torch, for the PyTorch tests (tests/python/test_torch*.py; they skip without it). Only PyPI is
+# assumed reachable, whose Linux x86-64 torch wheel is the CUDA build: it runs on the CPU too, and
+# installs in ~2-3 minutes (~5 GB with its nvidia-* dependencies). FLASH_KDA_TORCH_INDEX_URL picks
+# another index (e.g. https://download.pytorch.org/whl/cpu for the much smaller CPU-only build);
+# FLASH_KDA_SKIP_TORCH=1 skips it (the torch tests are then skipped).
+if [[ ${FLASH_KDA_SKIP_TORCH:-0} != 1 ]] && ! python3 -c "import torch" 2>/dev/null; then
+  echo "== installing torch (PyTorch tests)"
+  python3 -m pip install -q --disable-pip-version-check ${FLASH_KDA_TORCH_INDEX_URL:+--index-url "$FLASH_KDA_TORCH_INDEX_URL"} \
+    "torch>=2.4" ||
+    echo "WARNING: torch could not be installed (network or disk); the PyTorch tests will be SKIPPED"
+fi
 
 echo "== C++ build (CUDA kernels included when nvcc is found) and ctest"
 cmake -S . -B build/test -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null

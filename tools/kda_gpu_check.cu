@@ -3,9 +3,15 @@
 //   kda_gpu_check check      correctness: SPEC edge cases against the float64 CPU reference, the
 //                            fp32 GPU recurrence against float64 on small cases, and BENCH cases
 //                            against the fp32 GPU recurrence; outputs poisoned before each call
-//   kda_gpu_check sanitize   one small varlen case (for compute-sanitizer memcheck / racecheck)
+//                            then decode (T = 1..8, bf16/fp32 pools, padding, speculative indices)
+//                            against the float64 CPU reference, unused slots checked byte for byte
+//   kda_gpu_check check-decode   the decode checks alone
+//   kda_gpu_check sanitize   small varlen forward and decode cases (compute-sanitizer memcheck / racecheck)
 //   kda_gpu_check bench [--reps N] [--json FILE] [case ...]
 //                            BENCH.md prefill cases: median time, copy floor in the same run
+//   kda_gpu_check bench-decode [--reps N] [--json FILE] [case ...]
+//                            BENCH.md's decode256_32 and B = 1..256, T = 1, 4, fp32/bf16 pools, H = 32:
+//                            per-call median over rotated pools and inputs, copy floor in the same run
 //
 // Exit code 0 only if every check passed.
 #include <cuda_bf16.h>
@@ -17,7 +23,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -467,6 +475,253 @@ std::vector<Case> edge_cases() {
   return cs;
 }
 
+// ---- decode (docs/serving.md): the CUDA kernel against the float64 CPU reference ----------------
+
+struct DecodeCase {
+  std::string name;
+  int64_t batch = 3;          // sequences of the fixed layout
+  int T = 1;                  // tokens per sequence (fixed layout)
+  std::vector<int64_t> lens;  // varlen lengths (each <= 8); overrides batch and T
+  int H = 4, HV = 0;
+  DType state = DType::kF32;
+  int S = 1;                  // slots per sequence (> 1: speculative)
+  int stride = 0;             // index row stride (0: S)
+  bool accepted = false;      // pass num_accepted_tokens (random in [1, S])
+  bool padding = false;       // sequence 1 is padding; with S > 1 also a negative write slot
+};
+
+// The pool of a decode case on the host (fp32 values; bf16 pools hold bf16-rounded values) and the
+// bytes of its dtype; unused slots hold NaN bytes so that any stray write shows.
+struct HostPool {
+  int64_t P = 0, per_slot = 0;
+  DType dtype = DType::kF32;
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16;
+  void* data() { return dtype == DType::kF32 ? static_cast<void*>(f32.data()) : bf16.data(); }
+  const char* bytes_at(int64_t slot) const {
+    const char* base = dtype == DType::kF32 ? reinterpret_cast<const char*>(f32.data())
+                                            : reinterpret_cast<const char*>(bf16.data());
+    return base + slot * per_slot * (dtype == DType::kF32 ? 4 : 2);
+  }
+  size_t bytes() const { return dtype == DType::kF32 ? f32.size() * 4 : bf16.size() * 2; }
+  float at(int64_t i) const { return dtype == DType::kF32 ? f32[i] : bf16_to_float(bf16[i]); }
+  bool slot_equal(const HostPool& o, int64_t s) const {
+    return std::memcmp(bytes_at(s), o.bytes_at(s), per_slot * (dtype == DType::kF32 ? 4 : 2)) == 0;
+  }
+};
+
+struct DecodeSetup {
+  Host h;
+  HostPool pool;
+  std::vector<int32_t> indices, accepted;
+  int64_t stride = 1;
+  std::vector<bool> active;
+  std::set<int64_t> written;  // slots the call writes
+};
+
+DecodeSetup make_decode_setup(const DecodeCase& dc) {
+  Case c;
+  c.lens = dc.lens;
+  c.batch = dc.batch;
+  c.seqlen = dc.T;
+  c.H = dc.H;
+  c.HV = dc.HV;
+  c.state = dc.state;
+  DecodeSetup d;
+  d.h = make_inputs(c);
+  const int64_t N = d.h.N, HV = d.h.HV, S = dc.S;
+  d.stride = dc.stride ? dc.stride : S;
+  d.pool.dtype = dc.state;
+  d.pool.per_slot = HV * D * D;
+  d.pool.P = N * S + 7;
+  if (dc.state == DType::kF32) {
+    d.pool.f32.assign(d.pool.P * d.pool.per_slot, std::nanf(""));
+  } else {
+    d.pool.bf16.assign(d.pool.P * d.pool.per_slot, 0xffff);
+  }
+  std::vector<int32_t> slots(d.pool.P);
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), rng());
+  d.indices.assign(N * d.stride, 1 << 30);  // columns past S: never read
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t s = 0; s < S; ++s) d.indices[n * d.stride + s] = slots[n * S + s];
+  std::uniform_int_distribution<int> pick(1, int(S));
+  d.accepted.assign(N, 1);
+  if (dc.accepted)
+    for (auto& a : d.accepted) a = pick(rng());
+  d.active.assign(N, true);
+  if (dc.padding && N > 1) {
+    d.active[1] = false;
+    if (dc.accepted) {
+      d.accepted[1] = 0;
+    } else {
+      d.indices[1 * d.stride] = -1;
+    }
+    if (S > 1) {
+      d.indices[0 * d.stride + S - 1] = -1;  // sequence 0 skips the write of its last slot
+      d.accepted[0] = 1;                     // (and reads column 0, so it stays active)
+    }
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    if (!d.active[n]) continue;
+    const int64_t len = d.h.cu.empty() ? d.h.T : d.h.cu[n + 1] - d.h.cu[n];
+    const int64_t read = d.indices[n * d.stride + d.accepted[n] - 1];
+    for (int64_t i = 0; i < d.pool.per_slot; ++i) {
+      const float x = d.h.s0[n * d.pool.per_slot + i];
+      if (dc.state == DType::kF32) {
+        d.pool.f32[read * d.pool.per_slot + i] = x;
+      } else {
+        d.pool.bf16[read * d.pool.per_slot + i] = float_to_bf16(x);
+      }
+    }
+    if (S == 1) {
+      if (len > 0) d.written.insert(read);
+    } else {
+      for (int64_t t = 0; t < len; ++t)
+        if (d.indices[n * d.stride + t] >= 0) d.written.insert(d.indices[n * d.stride + t]);
+    }
+  }
+  return d;
+}
+
+DecodeParams decode_params(const DecodeCase& dc, const Host& h) {
+  DecodeParams p;
+  p.batch = h.B, p.seqlen = h.T, p.heads = h.H, p.heads_v = h.HV;
+  p.scale = 1.f / std::sqrt(float(D));
+  p.lower_bound = -5.f;
+  p.state_dtype = dc.state;
+  p.slots_per_seq = dc.S;
+  p.state_indices_stride = dc.stride;
+  if (!h.cu.empty()) {
+    p.num_seqs = h.N;
+    p.cu_seqlens_dtype = DType::kI64;
+  }
+  return p;
+}
+
+// Runs the decode case on one backend: out (poisoned before) and the pool after the call.
+void run_decode_backend(const DecodeCase& dc, const DecodeSetup& d, Backend backend, std::vector<uint16_t>& out,
+                        HostPool& pool) {
+  const Host& h = d.h;
+  DecodeParams p = decode_params(dc, h);
+  p.backend = backend;
+  pool = d.pool;
+  p.pool_size = pool.P;
+  out.assign(h.B * h.T * h.HV * D, 0xffff);
+  if (backend != Backend::kCuda) {
+    p.q = h.q.data(), p.k = h.k.data(), p.v = h.v.data(), p.g = h.g.data(), p.beta = h.beta.data();
+    p.A_log = h.A_log.data(), p.dt_bias = h.dt_bias.data(), p.out = out.data();
+    p.state = pool.data();
+    p.state_indices = d.indices.data();
+    p.num_accepted_tokens = dc.accepted ? d.accepted.data() : nullptr;
+    p.cu_seqlens = h.cu.empty() ? nullptr : h.cu.data();
+    const Status st = decode(p);
+    if (!st.ok()) {
+      std::printf("  reference decode failed: %s\n", st.message.c_str());
+      std::exit(1);
+    }
+    return;
+  }
+  uint16_t *dq = upload(h.q), *dk = upload(h.k), *dv = upload(h.v), *dg = upload(h.g), *dbeta = upload(h.beta);
+  uint16_t* dout = upload(out);
+  float *dA = upload(h.A_log), *ddt = upload(h.dt_bias);
+  int32_t *didx = upload(d.indices), *dacc = upload(d.accepted);
+  int64_t* dcu = h.cu.empty() ? nullptr : upload(h.cu);
+  void* dpool = nullptr;
+  CUDA_OK(cudaMalloc(&dpool, pool.bytes()));
+  CUDA_OK(cudaMemcpy(dpool, pool.data(), pool.bytes(), cudaMemcpyHostToDevice));
+  p.q = dq, p.k = dk, p.v = dv, p.g = dg, p.beta = dbeta, p.A_log = dA, p.dt_bias = ddt, p.out = dout;
+  p.state = dpool;
+  p.state_indices = didx;
+  p.num_accepted_tokens = dc.accepted ? dacc : nullptr;
+  p.cu_seqlens = dcu;
+  const Status st = decode(p, nullptr);
+  if (!st.ok()) {
+    std::printf("  decode failed: %s\n", st.message.c_str());
+    std::exit(1);
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  out = download(dout, out.size());
+  CUDA_OK(cudaMemcpy(pool.data(), dpool, pool.bytes(), cudaMemcpyDeviceToHost));
+  for (void* ptr : {static_cast<void*>(dq), static_cast<void*>(dk), static_cast<void*>(dv), static_cast<void*>(dg),
+                    static_cast<void*>(dbeta), static_cast<void*>(dout), static_cast<void*>(dA),
+                    static_cast<void*>(ddt), static_cast<void*>(didx), static_cast<void*>(dacc),
+                    static_cast<void*>(dcu), dpool})
+    if (ptr) cudaFree(ptr);
+}
+
+std::vector<DecodeCase> decode_cases() {
+  std::vector<DecodeCase> cs;
+  auto add = [&](DecodeCase c) { cs.push_back(c); };
+  DecodeCase c;
+  for (int T : {1, 4, 8})
+    for (DType st : {DType::kF32, DType::kBF16}) {
+      c = {};
+      c.name = "T=" + std::to_string(T) + " B=5 H=4 " + dtype_name(st);
+      c.batch = 5, c.T = T, c.state = st;
+      add(c);
+    }
+  c = {}; c.name = "T=2 GVA HV=2H"; c.batch = 3; c.T = 2; c.H = 2; c.HV = 4; add(c);
+  c = {}; c.name = "varlen 1/0/8/3"; c.lens = {1, 0, 8, 3}; add(c);
+  c = {}; c.name = "padding T=3 fp32"; c.batch = 4; c.T = 3; c.padding = true; add(c);
+  c = {}; c.name = "padding T=1 bf16"; c.batch = 4; c.T = 1; c.padding = true; c.state = DType::kBF16; add(c);
+  c = {}; c.name = "spec S=4 T=4 accepted"; c.batch = 5; c.T = 4; c.S = 4; c.accepted = true; add(c);
+  c = {}; c.name = "spec S=4 T=2 stride 6 bf16"; c.batch = 5; c.T = 2; c.S = 4; c.stride = 6; c.accepted = true;
+  c.state = DType::kBF16; add(c);
+  c = {}; c.name = "spec S=8 T=8 column 0"; c.batch = 3; c.T = 8; c.S = 8; add(c);
+  c = {}; c.name = "spec S=3 padding"; c.batch = 4; c.T = 3; c.S = 3; c.accepted = true; c.padding = true; add(c);
+  c = {}; c.name = "spec varlen 3/1/0/4 S=4"; c.lens = {3, 1, 0, 4}; c.S = 4; c.accepted = true; add(c);
+  // Kernel shapes: (sequence, head) pairs decide the rows per thread (1, 2 or 4 on 132 SMs).
+  c = {}; c.name = "160 pairs (2 rows a thread)"; c.batch = 40; c.T = 2; add(c);
+  c = {}; c.name = "160 pairs bf16 padding"; c.batch = 40; c.T = 3; c.state = DType::kBF16; c.padding = true; add(c);
+  c = {}; c.name = "320 pairs (4 rows a thread)"; c.batch = 80; c.T = 1; add(c);
+  c = {}; c.name = "320 pairs bf16 spec"; c.batch = 80; c.T = 2; c.S = 2; c.accepted = true; c.state = DType::kBF16;
+  add(c);
+  return cs;
+}
+
+void run_decode_checks() {
+  std::printf("== decode vs float64 CPU reference (CUDA backend)\n");
+  for (const DecodeCase& dc : decode_cases()) {
+    const DecodeSetup d = make_decode_setup(dc);
+    std::vector<uint16_t> out_ref, out_gpu;
+    HostPool pool_ref, pool_gpu;
+    run_decode_backend(dc, d, Backend::kCpuReference, out_ref, pool_ref);
+    run_decode_backend(dc, d, Backend::kCuda, out_gpu, pool_gpu);
+    // out: active sequences' rows against the reference; padding rows still poisoned.
+    const Host& h = d.h;
+    std::vector<float> got, ref;
+    bool written = true;
+    for (int64_t n = 0; n < h.N; ++n) {
+      const int64_t b = h.cu.empty() ? n * h.T : h.cu[n], e = h.cu.empty() ? (n + 1) * h.T : h.cu[n + 1];
+      for (int64_t i = b * h.HV * D; i < e * h.HV * D; ++i) {
+        if (!d.active[n]) {
+          written &= out_gpu[i] == 0xffff;  // untouched
+          continue;
+        }
+        got.push_back(bf16_to_float(out_gpu[i]));
+        ref.push_back(bf16_to_float(out_ref[i]));
+        written &= std::isfinite(got.back());
+      }
+    }
+    std::vector<float> s_got, s_ref;
+    for (int64_t s = 0; s < d.pool.P; ++s) {
+      if (!d.written.count(s)) {
+        written &= pool_gpu.slot_equal(d.pool, s);  // byte for byte
+        continue;
+      }
+      for (int64_t i = s * d.pool.per_slot; i < (s + 1) * d.pool.per_slot; ++i) {
+        s_got.push_back(pool_gpu.at(i));
+        s_ref.push_back(pool_ref.at(i));
+        written &= std::isfinite(s_got.back());
+      }
+    }
+    const double tol_state = dc.state == DType::kF32 ? 3e-3 : 8e-3;
+    report("decode", dc.name, got.empty() ? 0 : rel(got, ref), s_got.empty() ? 0 : rel(s_got, s_ref), written, 4e-3,
+           tol_state);
+  }
+}
+
 int run_checks() {
   std::printf("== edge cases vs float64 CPU reference (CUDA backend)\n");
   for (const Case& c : edge_cases()) {
@@ -537,6 +792,7 @@ int run_checks() {
       cudaFree(p);
     free_device_case(d);
   }
+  run_decode_checks();
   std::printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "PASSED", g_failures);
   return g_failures ? 1 : 0;
 }
@@ -556,6 +812,16 @@ int run_sanitize() {
   const Host h2 = make_inputs(c);
   bool written2 = false;
   run_backend(c, h2, Backend::kCuda, &written2);
+  // Decode: speculative with padding (fp32, 1 row a thread), and 4 rows a thread on a bf16 pool.
+  for (const char* name : {"spec S=3 padding", "320 pairs bf16 spec"}) {
+    for (const DecodeCase& dc : decode_cases()) {
+      if (dc.name != name) continue;
+      const DecodeSetup d = make_decode_setup(dc);
+      std::vector<uint16_t> out;
+      HostPool pool;
+      run_decode_backend(dc, d, Backend::kCuda, out, pool);
+    }
+  }
   std::printf("sanitize run done, written %s\n", written && written2 ? "yes" : "NO");
   return written && written2 ? 0 : 1;
 }
@@ -647,13 +913,196 @@ int run_bench(int reps, const char* json_path, const std::vector<std::string>& o
   return 0;
 }
 
+// ---- bench-decode: BENCH.md's decode case and a grid around it ----------------------------------
+
+__global__ void fill_normal_f32_kernel(float* x, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint64_t h = splitmix64(seed ^ splitmix64(uint64_t(i)));
+    const float u1 = (float((h >> 40) & 0xffffff) + 1.f) * (1.f / 16777217.f);
+    const float u2 = float((h >> 8) & 0xffffff) * (1.f / 16777216.f);
+    x[i] = sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
+  }
+}
+
+struct DecodeBenchCase {
+  std::string id;
+  int64_t B;
+  int T;
+  DType state;
+  int S;  // slots per sequence (> 1: speculative, one state written per token)
+};
+
+// Each case runs `sets` calls (one per pool region and input set) captured in one CUDA graph, so the
+// launch overhead stays out of the figure and the capture itself checks that decode is graph-safe;
+// the copy floor is timed the same way, alternating with the kernel in the same run.
+int run_bench_decode(int reps, const char* json_path, const std::vector<std::string>& only) {
+  constexpr int H = 32;
+  std::vector<DecodeBenchCase> cases = {{"decode256_32", 256, 1, DType::kF32, 1}};
+  for (DType st : {DType::kF32, DType::kBF16})
+    for (int64_t B : {1, 8, 64, 256})
+      for (int T : {1, 4})
+        cases.push_back({"b" + std::to_string(B) + "_t" + std::to_string(T) + "_" + dtype_name(st), B, T, st, 1});
+  cases.push_back({"spec_b64_t4_fp32", 64, 4, DType::kF32, 4});
+  cases.push_back({"spec_b256_t4_bf16", 256, 4, DType::kBF16, 4});
+
+  FILE* js = json_path ? std::fopen(json_path, "w") : nullptr;
+  if (js) std::fprintf(js, "[\n");
+  std::printf("%-18s %5s %6s %10s %10s %8s %9s\n", "case", "sets", "MB", "ours ms", "floor ms", "ratio", "GB/s");
+  bool first = true;
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  CUDA_OK(cudaEventCreate(&e0));
+  CUDA_OK(cudaEventCreate(&e1));
+  for (const DecodeBenchCase& bc : cases) {
+    if (!only.empty() && std::find(only.begin(), only.end(), bc.id) == only.end()) continue;
+    const int64_t B = bc.B, T = bc.T, S = bc.S;
+    const int64_t elem = bc.state == DType::kF32 ? 4 : 2;
+    const int64_t slot_bytes = H * D * D * elem;
+    const int64_t state_writes = S == 1 ? 1 : T;
+    // BENCH.md's byte count: q, k, v, g, beta, out once each; the state read once and written once
+    // (speculative: once per token).
+    const double input_bytes = double(B) * T * H * (4.0 * D * 2 + 2) + double(B) * T * H * D * 2;
+    const double bytes = input_bytes + double(B) * slot_bytes * (1 + state_writes);
+    // Enough sets that the footprint of one round is far beyond the 50 MB L2.
+    const double footprint = input_bytes + double(B) * S * slot_bytes;
+    const int sets = int(std::min<double>(64, std::max<double>(2, std::ceil(512e6 / footprint))));
+    const int64_t P = B * S * sets;
+    const int64_t act = B * T * H * D;  // elements of q (= k, v, g, out) per set
+    const uint64_t seed = rng()();
+    void* pool = nullptr;
+    CUDA_OK(cudaMalloc(&pool, size_t(P * slot_bytes)));
+    if (bc.state == DType::kF32) {
+      fill_normal_f32_kernel<<<2048, 256>>>(static_cast<float*>(pool), P * H * D * D, seed);
+    } else {
+      fill_normal_kernel<<<2048, 256>>>(static_cast<__nv_bfloat16*>(pool), P * H * D * D, seed, 1.f, 0.f);
+    }
+    auto normal = [&](int64_t n, uint64_t salt) {
+      auto* p = dev_alloc<__nv_bfloat16>(n);
+      fill_normal_kernel<<<1024, 256>>>(p, n, seed + salt, 1.f, 0.f);
+      return p;
+    };
+    __nv_bfloat16 *q = normal(act * sets, 1), *k = normal(act * sets, 2), *v = normal(act * sets, 3),
+                  *g = normal(act * sets, 4), *beta = normal(B * T * H * sets, 5);
+    __nv_bfloat16* out = dev_alloc<__nv_bfloat16>(act * sets);
+    CUDA_OK(cudaGetLastError());
+    std::uniform_real_distribution<float> u(0.f, 1.f);
+    std::vector<float> A_log(H), dt(H * D);
+    for (auto& e : A_log) e = u(rng());
+    for (auto& e : dt) e = u(rng());
+    float *dA = upload(A_log), *ddt = upload(dt);
+    // Set i owns slots [i·B·S, (i+1)·B·S), in a random order as a pool allocator would hand them out.
+    std::vector<int32_t> indices(P);
+    std::iota(indices.begin(), indices.end(), 0);
+    for (int i = 0; i < sets; ++i)
+      std::shuffle(indices.begin() + i * B * S, indices.begin() + (i + 1) * B * S, rng());
+    std::vector<int32_t> accepted(B);
+    std::uniform_int_distribution<int> pick(1, int(S));
+    for (auto& a : accepted) a = pick(rng());
+    int32_t *didx = upload(indices), *dacc = upload(accepted);
+    const size_t copy_bytes = size_t(bytes / 2);  // a copy reads and writes: bytes moved = 2 × copied
+    char *src = dev_alloc<char>(copy_bytes * sets), *dst = dev_alloc<char>(copy_bytes * sets);
+    CUDA_OK(cudaMemset(src, 1, copy_bytes * sets));
+    CUDA_OK(cudaDeviceSynchronize());
+
+    auto params = [&](int i) {
+      DecodeParams p;
+      p.batch = B, p.seqlen = T, p.heads = H;
+      p.q = q + i * act, p.k = k + i * act, p.v = v + i * act, p.g = g + i * act, p.beta = beta + i * B * T * H;
+      p.out = out + i * act;
+      p.A_log = dA, p.dt_bias = ddt;
+      p.scale = 1.f / std::sqrt(float(D));
+      p.lower_bound = -5.f;
+      p.state = pool, p.state_dtype = bc.state, p.pool_size = P;
+      p.state_indices = didx + i * B * S;
+      p.slots_per_seq = S;
+      p.num_accepted_tokens = S > 1 ? dacc : nullptr;
+      p.backend = Backend::kCuda;
+      return p;
+    };
+    // Warm-up outside capture (also caches the device attributes), then one graph per side.
+    for (int i = 0; i < sets; ++i) {
+      const Status st = decode(params(i), stream);
+      if (!st.ok()) {
+        std::printf("decode failed: %s\n", st.message.c_str());
+        return 1;
+      }
+    }
+    CUDA_OK(cudaStreamSynchronize(stream));
+    auto capture = [&](const std::function<void(int)>& call) {
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+      for (int i = 0; i < sets; ++i) call(i);
+      CUDA_OK(cudaStreamEndCapture(stream, &graph));
+      CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+      CUDA_OK(cudaGraphDestroy(graph));
+      return exec;
+    };
+    cudaGraphExec_t ours = capture([&](int i) {
+      const Status st = decode(params(i), stream);
+      if (!st.ok()) {
+        std::printf("decode failed in capture: %s\n", st.message.c_str());
+        std::exit(1);
+      }
+    });
+    cudaGraphExec_t copy = capture([&](int i) {
+      CUDA_OK(cudaMemcpyAsync(dst + i * copy_bytes, src + i * copy_bytes, copy_bytes, cudaMemcpyDeviceToDevice, stream));
+    });
+    std::vector<float> t_ours, t_copy;
+    for (int r = 0; r < reps + 3; ++r) {
+      for (auto [exec, times] : {std::pair<cudaGraphExec_t, std::vector<float>*>{ours, &t_ours}, {copy, &t_copy}}) {
+        CUDA_OK(cudaEventRecord(e0, stream));
+        CUDA_OK(cudaGraphLaunch(exec, stream));
+        CUDA_OK(cudaEventRecord(e1, stream));
+        CUDA_OK(cudaEventSynchronize(e1));
+        float ms;
+        CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+        if (r >= 3) times->push_back(ms / sets);
+      }
+    }
+    const float mo = median(t_ours), mc = median(t_copy);
+    std::sort(t_ours.begin(), t_ours.end());
+    std::printf("%-18s %5d %6.1f %10.4f %10.4f %8.2f %9.0f%s\n", bc.id.c_str(), sets, bytes / 1e6, mo, mc, mo / mc,
+                bytes / (mo * 1e6), bc.id == "decode256_32" ? "   (goal <= 1.2)" : "");
+    std::fflush(stdout);
+    if (js) {
+      std::fprintf(js,
+                   "%s  {\"case\": \"%s\", \"B\": %lld, \"T\": %d, \"H\": %d, \"state\": \"%s\", \"slots_per_seq\": %d, "
+                   "\"bytes\": %.0f, \"sets\": %d, \"ours_ms_median\": %.5f, \"ours_ms_p10\": %.5f, "
+                   "\"ours_ms_p90\": %.5f, \"copy_ms_median\": %.5f, \"floor_ratio\": %.4f, \"reps\": %d}",
+                   first ? "" : ",\n", bc.id.c_str(), static_cast<long long>(B), bc.T, H, dtype_name(bc.state),
+                   bc.S, bytes, sets, mo, t_ours[t_ours.size() / 10], t_ours[t_ours.size() * 9 / 10], mc, mo / mc,
+                   reps);
+      first = false;
+    }
+    CUDA_OK(cudaGraphExecDestroy(ours));
+    CUDA_OK(cudaGraphExecDestroy(copy));
+    for (void* p : {pool, static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(g),
+                    static_cast<void*>(beta), static_cast<void*>(out), static_cast<void*>(dA), static_cast<void*>(ddt),
+                    static_cast<void*>(didx), static_cast<void*>(dacc), static_cast<void*>(src), static_cast<void*>(dst)})
+      cudaFree(p);
+  }
+  if (js) {
+    std::fprintf(js, "\n]\n");
+    std::fclose(js);
+  }
+  CUDA_OK(cudaStreamDestroy(stream));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "check";
   if (mode == "check") return run_checks();
+  if (mode == "check-decode") {
+    run_decode_checks();
+    std::printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "PASSED", g_failures);
+    return g_failures ? 1 : 0;
+  }
   if (mode == "sanitize") return run_sanitize();
-  if (mode == "bench") {
+  if (mode == "bench" || mode == "bench-decode") {
     int reps = 50;
     const char* json = nullptr;
     std::vector<std::string> only;
@@ -666,8 +1115,10 @@ int main(int argc, char** argv) {
         only.push_back(argv[i]);
       }
     }
-    return run_bench(reps, json, only);
+    return mode == "bench" ? run_bench(reps, json, only) : run_bench_decode(reps, json, only);
   }
-  std::fprintf(stderr, "usage: %s check | sanitize | bench [--reps N] [--json FILE] [case ...]\n", argv[0]);
+  std::fprintf(stderr,
+               "usage: %s check | check-decode | sanitize | bench | bench-decode [--reps N] [--json FILE] [case ...]\n",
+               argv[0]);
   return 2;
 }

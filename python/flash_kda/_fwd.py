@@ -4,6 +4,12 @@ Everything a caller can get wrong is checked here, before any buffer is written,
 TypeError (a dtype) or ValueError (a shape, stride, device or value) whose message starts with the
 argument's name. The compiled layer repeats the checks memory safety depends on, and the C++ API
 checks the rest (the range of lower_bound, the contents of host cu_seqlens, pointer alignment).
+
+torch tensors take a shorter route (flash_kda.torch_ops): they are handed to the compiled layer
+directly, which checks everything this module checks except the contents of CUDA cu_seqlens; only
+when it rejects a call are the checks below run, so that the error message is the same on both
+routes. Under torch.compile, FakeTensor or other torch dispatch modes the call becomes the custom
+operator torch.ops.flash_kda.fwd.
 """
 
 from __future__ import annotations
@@ -24,6 +30,25 @@ _NUMPY_DTYPES = {
     np.dtype(np.int64): "int64",
 }
 _BACKENDS = (None, "cuda", "cpu", "reference")
+
+
+def _first_torch_call(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state,
+                      final_state, cu_seqlens, backend, cu_seqlens_cpu):
+    """The route of a call whose q is not a NumPy array until flash_kda.torch_ops is loaded: loads
+    it (registering the custom operators; it then replaces _TORCH_FWD by its fwd_torch) when torch
+    is imported, else takes the checked route (no argument can be a torch tensor)."""
+    args = (q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
+            cu_seqlens, backend, cu_seqlens_cpu)
+    if sys.modules.get("torch") is None:
+        return _fwd_checked(*args)
+    from . import torch_ops  # a plain import statement, which torch.compile can trace
+
+    return torch_ops.fwd_torch(*args)
+
+
+# The route of torch tensors (and anything else that is not a NumPy array): _first_torch_call, then
+# flash_kda.torch_ops.fwd_torch. Always a function (torch.compile guards on it).
+_TORCH_FWD = _first_torch_call
 
 
 def _torch():
@@ -119,6 +144,11 @@ def _scalar(name, x):
         raise TypeError(f"{name}: expected a real number (got {type(x).__name__})") from None
 
 
+def _host_values(a):
+    """The values of a host array or CPU tensor (an _Array) as a NumPy array."""
+    return a.obj.detach().numpy() if a.is_torch else a.obj
+
+
 def _check_cu_seqlens_contents(values, total):
     values = np.asarray(values, dtype=np.int64)
     if values[0] != 0:
@@ -150,6 +180,7 @@ def fwd(
     cu_seqlens=None,
     *,
     backend=None,
+    cu_seqlens_cpu=None,
 ):
     """Kimi Delta Attention forward, FlashKDA's signature: writes ``out`` (and ``final_state``) in
     place and returns None.
@@ -185,7 +216,25 @@ def fwd(
     CUDA ``cu_seqlens`` are copied to the host and their contents checked (start at 0,
     non-decreasing, end at B*T), which synchronises with the device, except while the current stream
     is capturing a CUDA graph: then the contents are the caller's responsibility.
+    ``cu_seqlens_cpu`` (keyword-only, optional; fla's chunk_kda has the same argument): a host copy
+    of ``cu_seqlens`` (same length, int64 or int32); when given, its contents are checked instead
+    and no copy or synchronisation happens. It must hold the same values as ``cu_seqlens`` (not
+    verified).
     """
+    if type(q) is not np.ndarray:  # a torch tensor (or a mistake): fwd_torch, or the checked route
+        return _TORCH_FWD(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state,
+                          final_state, cu_seqlens, backend, cu_seqlens_cpu)
+    _fwd_checked(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
+                 cu_seqlens, backend, cu_seqlens_cpu)
+    return None
+
+
+def _validate(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
+              cu_seqlens, backend, cu_seqlens_cpu, *, meta_ok=False):
+    """Every check of fwd that needs no data (dtypes, shapes, strides, devices, scalars); raises
+    TypeError/ValueError naming the argument. Works on FakeTensors too: the custom operators' fake
+    implementations use it, with meta_ok (tensors on the meta device pass, for shape inference).
+    Returns the checked arguments, the host cu_seqlens copy, whether they are on CUDA, and B*T."""
     if backend not in _BACKENDS:
         raise ValueError(f"backend: expected one of None, 'cuda', 'cpu', 'reference' (got {backend!r})")
 
@@ -197,6 +246,7 @@ def fwd(
     init = None if initial_state is None else _Array("initial_state", initial_state)
     final = None if final_state is None else _Array("final_state", final_state)
     cu = None if cu_seqlens is None else _Array("cu_seqlens", cu_seqlens)
+    cu_host = None if cu_seqlens_cpu is None else _Array("cu_seqlens_cpu", cu_seqlens_cpu)
     scale = _scalar("scale", scale)
     lower_bound = _scalar("lower_bound", lower_bound)
     arrays = [a for a in (q, k, v, g, beta, out, A_log, dt_bias, init, final, cu) if a is not None]
@@ -215,6 +265,8 @@ def fwd(
         )
     if cu is not None:
         _expect_dtype(cu, "int64", "int32")
+    if cu_host is not None:
+        _expect_dtype(cu_host, "int64", "int32")
 
     # ---- shapes ----
     if q.ndim != 4:
@@ -242,6 +294,12 @@ def fwd(
         if B != 1:
             raise ValueError(f"cu_seqlens: requires batch size B == 1 (got B={B})")
         N = cu.shape[0] - 1
+    if cu_host is not None:
+        if cu is None:
+            raise ValueError("cu_seqlens_cpu: given without cu_seqlens")
+        _expect_shape(cu_host, cu.shape, "[N + 1] like cu_seqlens")
+        if cu_host.device != "cpu":
+            raise ValueError(f"cu_seqlens_cpu: must be in host memory (got device {cu_host.device})")
     for a in (init, final):
         if a is not None:
             _expect_shape(a, (N, HV, V, K), "[N, HV, V, K]")
@@ -274,20 +332,29 @@ def fwd(
         if a.device != device:
             raise ValueError(f"{a.name}: on device {a.device}, but q is on {device}")
     on_cuda = device.startswith("cuda")
-    if not on_cuda and device != "cpu":
+    if not on_cuda and device != "cpu" and not (meta_ok and device == "meta"):
         raise ValueError(f"q: unsupported device {device} (expected cpu or cuda)")
     if backend in ("cpu", "reference") and on_cuda:
         raise ValueError(f"backend: {backend!r} needs host arrays (got tensors on {device})")
     if backend == "cuda" and not on_cuda:
         raise ValueError("backend: 'cuda' needs CUDA tensors (got host arrays)")
 
+    return (q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, init, final, cu), cu_host, \
+        on_cuda, B * T
+
+
+def _fwd_checked(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
+                 cu_seqlens, backend, cu_seqlens_cpu):
+    """fwd with every check in Python first: NumPy arrays, mixed arguments, and the torch calls the
+    compiled layer rejected (so that their message is this module's)."""
+    args, cu_host, on_cuda, total = _validate(
+        q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
+        cu_seqlens, backend, cu_seqlens_cpu)
     if not on_cuda:
         # Host cu_seqlens contents are checked by the C++ API before anything is written.
-        _C.fwd(*_exports(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, init, final, cu),
-               backend=backend or "cpu")
-        return None
-    _fwd_cuda(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, init, final, cu, B * T)
-    return None
+        _C.fwd(*_exports(*args), backend=backend or "cpu")
+        return
+    _fwd_cuda(*args, cu_host, total)
 
 
 def _exports(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, init, final, cu):
@@ -297,12 +364,15 @@ def _exports(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, init, fi
             A_log.export(), dt_bias.export(), lower_bound, opt(init), opt(final), opt(cu))
 
 
-def _fwd_cuda(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, init, final, cu, total):
+def _fwd_cuda(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, init, final, cu, cu_host,
+              total):
     torch = _torch()
     device = q.obj.device
     # A build without the CUDA backend, or a GPU other than sm_90, is reported by the C++ API
     # (kUnsupported -> NotImplementedError) before anything is written.
-    if cu is not None and not torch.cuda.is_current_stream_capturing():
+    if cu_host is not None:
+        _check_cu_seqlens_contents(_host_values(cu_host), total)
+    elif cu is not None and not torch.cuda.is_current_stream_capturing():
         _check_cu_seqlens_contents(cu.obj.detach().cpu().numpy(), total)
     args = (q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, init, final, cu)
     with torch.cuda.device(device):

@@ -61,12 +61,14 @@ void raise_status(const Status& s) {
 // ---- dtypes ----------------------------------------------------------------------------------
 
 // NumPy has no native bfloat16 that DLPack can carry (ml_dtypes' is a user dtype), so the package
-// passes bf16 NumPy arrays as uint16 views of the same bits; both spellings mean bf16 here.
-DType dtype_of(const nb::dlpack::dtype& d) {
+// passes bf16 NumPy arrays as uint16 views of the same bits; both spellings mean bf16 here unless
+// `strict` (torch tensors, which carry a real bfloat16: an int16 tensor must not pass as bf16).
+DType dtype_of(const nb::dlpack::dtype& d, bool strict = false) {
   using Code = nb::dlpack::dtype_code;
   if (d.lanes != 1) return DType::kNone;
   const auto code = Code(d.code);
-  if (d.bits == 16 && (code == Code::Bfloat || code == Code::UInt || code == Code::Int)) return DType::kBF16;
+  if (d.bits == 16 && (code == Code::Bfloat || (!strict && (code == Code::UInt || code == Code::Int))))
+    return DType::kBF16;
   if (d.bits == 32 && code == Code::Float) return DType::kF32;
   if (d.bits == 32 && code == Code::Int) return DType::kI32;
   if (d.bits == 64 && code == Code::Int) return DType::kI64;
@@ -89,8 +91,8 @@ std::string describe_dtype(const nb::dlpack::dtype& d) {
 }
 
 template <typename Array>
-DType require_dtype(const char* name, const Array& a, DType want1, DType want2 = DType::kNone) {
-  const DType got = dtype_of(a.dtype());
+DType require_dtype(const char* name, const Array& a, bool strict, DType want1, DType want2 = DType::kNone) {
+  const DType got = dtype_of(a.dtype(), strict);
   if (got != want1 && (want2 == DType::kNone || got != want2)) {
     std::string want = flash_kda::dtype_name(want1);
     if (want2 != DType::kNone) want += cat(" or ", flash_kda::dtype_name(want2));
@@ -218,7 +220,7 @@ struct Arrays {
 };
 
 FwdParams make_params(const Arrays& a, double scale, double lower_bound, const std::string& backend,
-                      int cpu_threads) {
+                      int cpu_threads, bool strict) {
   // ---- sizes from q and v ----
   if (a.q.ndim() != 4) raise(PyExc_ValueError, cat("q: expected shape [B, T, H, K] (got ", shape_string(a.q), ")"));
   if (a.v.ndim() != 4) raise(PyExc_ValueError, cat("v: expected shape [B, T, HV, V] (got ", shape_string(a.v), ")"));
@@ -238,10 +240,10 @@ FwdParams make_params(const Arrays& a, double scale, double lower_bound, const s
 
   for (auto [name, arr] : {std::pair<const char*, const Input*>{"q", &a.q}, {"k", &a.k}, {"v", &a.v},
                            {"g", &a.g}, {"beta", &a.beta}})
-    require_dtype(name, *arr, DType::kBF16);
-  require_dtype("out", a.out, DType::kBF16);
-  require_dtype("A_log", a.A_log, DType::kF32);
-  require_dtype("dt_bias", a.dt_bias, DType::kF32);
+    require_dtype(name, *arr, strict, DType::kBF16);
+  require_dtype("out", a.out, strict, DType::kBF16);
+  require_dtype("A_log", a.A_log, strict, DType::kF32);
+  require_dtype("dt_bias", a.dt_bias, strict, DType::kF32);
   require_contiguous("A_log", a.A_log);
   require_contiguous("dt_bias", a.dt_bias);
 
@@ -273,7 +275,7 @@ FwdParams make_params(const Arrays& a, double scale, double lower_bound, const s
   int64_t N = B;
   if (a.cu_seqlens) {
     const Input& cu = *a.cu_seqlens;
-    p.cu_seqlens_dtype = require_dtype("cu_seqlens", cu, DType::kI64, DType::kI32);
+    p.cu_seqlens_dtype = require_dtype("cu_seqlens", cu, strict, DType::kI64, DType::kI32);
     if (cu.ndim() != 1 || cu.shape(0) < 1)
       raise(PyExc_ValueError, cat("cu_seqlens: expected shape [N + 1] with N >= 0 (got ", shape_string(cu), ")"));
     require_contiguous("cu_seqlens", cu);
@@ -285,13 +287,13 @@ FwdParams make_params(const Arrays& a, double scale, double lower_bound, const s
   // ---- states ----
   DType state_dtype = DType::kNone;
   if (a.initial_state) {
-    state_dtype = require_dtype("initial_state", *a.initial_state, DType::kF32, DType::kBF16);
+    state_dtype = require_dtype("initial_state", *a.initial_state, strict, DType::kF32, DType::kBF16);
     require_shape("initial_state", *a.initial_state, {N, HV, V, K}, "[N, HV, V, K]");
     require_contiguous("initial_state", *a.initial_state);
     p.initial_state = a.initial_state->data();
   }
   if (a.final_state) {
-    const DType d = require_dtype("final_state", *a.final_state, DType::kF32, DType::kBF16);
+    const DType d = require_dtype("final_state", *a.final_state, strict, DType::kF32, DType::kBF16);
     if (state_dtype != DType::kNone && d != state_dtype)
       raise(PyExc_TypeError, cat("final_state: dtype must match initial_state (", flash_kda::dtype_name(state_dtype),
                                  ", got ", flash_kda::dtype_name(d), ")"));
@@ -322,12 +324,20 @@ Arrays collect(Input q, Input k, Input v, Input g, Input beta, Output out, Input
   return Arrays{q, k, v, g, beta, out, A_log, dt_bias, initial_state, final_state, cu_seqlens};
 }
 
-void fwd(Input q, Input k, Input v, Input g, Input beta, double scale, Output out, Input A_log,
-         Input dt_bias, double lower_bound, std::optional<Input> initial_state,
-         std::optional<Output> final_state, std::optional<Input> cu_seqlens, const std::string& backend,
-         std::optional<Output> workspace, uintptr_t stream, int cpu_threads) {
+// Returns 0 once the forward has run. With query_workspace and no workspace given, a call that
+// needs scratch memory runs nothing and returns the bytes it needs instead (so that the torch route
+// prepares its arguments once per call rather than twice; see flash_kda/torch_ops.py).
+size_t fwd(Input q, Input k, Input v, Input g, Input beta, double scale, Output out, Input A_log,
+           Input dt_bias, double lower_bound, std::optional<Input> initial_state,
+           std::optional<Output> final_state, std::optional<Input> cu_seqlens, const std::string& backend,
+           std::optional<Output> workspace, uintptr_t stream, int cpu_threads, bool query_workspace,
+           bool strict_dtypes) {
   const Arrays arrays = collect(q, k, v, g, beta, out, A_log, dt_bias, initial_state, final_state, cu_seqlens);
-  FwdParams p = make_params(arrays, scale, lower_bound, backend, cpu_threads);
+  FwdParams p = make_params(arrays, scale, lower_bound, backend, cpu_threads, strict_dtypes);
+  if (query_workspace && !workspace) {
+    const size_t needed = flash_kda::workspace_size(p);
+    if (needed > 0) return needed;
+  }
   if (workspace) {
     if (p.backend == Backend::kCuda &&
         (workspace->device_type() != nb::device::cuda::value || workspace->device_id() != out.device_id()))
@@ -343,6 +353,7 @@ void fwd(Input q, Input k, Input v, Input g, Input beta, double scale, Output ou
     s = flash_kda::fwd(p, reinterpret_cast<cudaStream_t>(stream));
   }
   raise_status(s);
+  return 0;
 }
 
 size_t workspace_size(Input q, Input k, Input v, Input g, Input beta, double scale, Output out, Input A_log,
@@ -350,7 +361,7 @@ size_t workspace_size(Input q, Input k, Input v, Input g, Input beta, double sca
                       std::optional<Output> final_state, std::optional<Input> cu_seqlens,
                       const std::string& backend) {
   const Arrays arrays = collect(q, k, v, g, beta, out, A_log, dt_bias, initial_state, final_state, cu_seqlens);
-  return flash_kda::workspace_size(make_params(arrays, scale, lower_bound, backend, 0));
+  return flash_kda::workspace_size(make_params(arrays, scale, lower_bound, backend, 0, false));
 }
 
 }  // namespace
@@ -364,10 +375,12 @@ NB_MODULE(_C, m) {
         nb::arg("initial_state").noconvert().none(), nb::arg("final_state").noconvert().none(),
         nb::arg("cu_seqlens").noconvert().none(), nb::kw_only(), nb::arg("backend") = "auto",
         nb::arg("workspace").noconvert().none() = nb::none(), nb::arg("stream") = 0,
-        nb::arg("cpu_threads") = 0,
+        nb::arg("cpu_threads") = 0, nb::arg("query_workspace") = false, nb::arg("strict_dtypes") = false,
         "Runs the KDA forward in place on DLPack arrays (bf16 given as bfloat16 or as 16-bit integer "
-        "views). backend: 'auto' (where the arrays live), 'cuda', 'cpu' or 'reference'. stream: a "
-        "cudaStream_t as an integer (0: the legacy default stream).");
+        "views) and returns 0. backend: 'auto' (where the arrays live), 'cuda', 'cpu' or 'reference'. "
+        "stream: a cudaStream_t as an integer (0: the legacy default stream). query_workspace: when "
+        "no workspace is given and the call needs one, run nothing and return its size in bytes. "
+        "strict_dtypes: bf16 must be DLPack bfloat16 (16-bit integers are not taken as bf16 bits).");
 
   m.def("workspace_size", &workspace_size, nb::arg("q").noconvert(), nb::arg("k").noconvert(),
         nb::arg("v").noconvert(), nb::arg("g").noconvert(), nb::arg("beta").noconvert(), nb::arg("scale"),

@@ -10,9 +10,9 @@ namespace flash_kda {
 // n to slot n of initial_state / final_state; a pool prefill maps it through state_indices; a decode
 // call through its [N, S] indices. Built by state_map() below; every backend reads it the same way.
 struct StateMap {
-  const int32_t* indices = nullptr;  // nullptr: sequence n uses slot n
-  int64_t stride = 1;                // elements between the index rows of consecutive sequences
-  int64_t slots_per_seq = 1;         // S > 1: the state after token t goes to indices[n][t]
+  const int32_t* indices = nullptr;       // nullptr: sequence n uses slot n
+  int64_t stride = 1;                     // elements between the index rows of consecutive sequences
+  int64_t slots_per_seq = 1;              // S > 1: the state after token t goes to indices[n][t]
   const int32_t* num_accepted = nullptr;  // S > 1: read column num_accepted[n] - 1 (else 0)
   const uint8_t* has_initial = nullptr;   // zero entry: the sequence starts from zeros
 };
@@ -26,9 +26,9 @@ FwdParams forward_view(const DecodeParams& p);
 
 // The slots of sequence n, read from host-resident indices.
 struct SeqSlots {
-  bool active = true;             // false: padding; nothing of the sequence is read or written
-  int64_t read = -1;              // slot of the initial state; -1: start from zeros
-  int64_t write = -1;             // slot of the state after the last token; -1: none
+  bool active = true;                  // false: padding; nothing of the sequence is read or written
+  int64_t read = -1;                   // slot of the initial state; -1: start from zeros
+  int64_t write = -1;                  // slot of the state after the last token; -1: none
   const int32_t* per_token = nullptr;  // S > 1: indices[n][0..S), the slot of the state after token t
 };
 SeqSlots host_seq_slots(const StateMap& m, int64_t n);

@@ -325,15 +325,16 @@ Status validate(const DecodeParams& params) {
     for (int64_t n = 0; n < N; ++n) {
       const SeqRange r = host_sequence_range(p, n);
       if (r.end - r.begin > kMaxDecodeTokens)
-        return invalid(cat("cu_seqlens: sequence ", n, " has ", r.end - r.begin, " tokens; decode takes at most ",
-                           kMaxDecodeTokens, " (use fwd)"));
+        return invalid(cat("cu_seqlens: sequence ", n, " has ", r.end - r.begin,
+                           " tokens; decode takes at most ", kMaxDecodeTokens, " (use fwd)"));
     }
   }
 
   // ---- the pool ----
   if (d.state == nullptr) return invalid("state: null pointer");
   if (d.state_dtype != DType::kBF16 && d.state_dtype != DType::kF32)
-    return {StatusCode::kTypeMismatch, cat("state: dtype must be bf16 or fp32 (got ", dtype_name(d.state_dtype), ")")};
+    return {StatusCode::kTypeMismatch,
+            cat("state: dtype must be bf16 or fp32 (got ", dtype_name(d.state_dtype), ")")};
   const int64_t align = on_cuda ? 16 : (d.state_dtype == DType::kF32 ? 4 : 2);
   if (reinterpret_cast<uintptr_t>(d.state) % align != 0)
     return invalid(cat("state: pointer must be ", align, "-byte aligned"));

@@ -321,11 +321,8 @@ __attribute__((target("avx2,fma"))) void run_head_avx2(const FwdParams& p, const
 // call) takes the same arithmetic path. FLASH_KDA_CPU_ISA=portable forces the 4-wide baseline kernel,
 // which is how the tests cover it on AVX2 machines.
 RunHead select_kernel() {
-  const char* isa = std::getenv("FLASH_KDA_CPU_ISA");
-  if (isa && std::string(isa) == "portable") return run_head_portable;
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return run_head_avx2;
+  if (use_avx2_kernels()) return run_head_avx2;
 #endif
   return run_head_portable;
 }

@@ -71,11 +71,13 @@ inline HeadTask make_head_task(const FwdParams& p, const StateMap& m, int64_t n,
   auto offset = [&](int64_t slot) { return (slot * HV + hv) * V * K * elem; };
   if (p.initial_state && slots.read >= 0)
     t.initial_state = static_cast<const char*>(p.initial_state) + offset(slots.read);
-  if (p.final_state && slots.write >= 0) t.final_state = static_cast<char*>(p.final_state) + offset(slots.write);
+  if (p.final_state && slots.write >= 0)
+    t.final_state = static_cast<char*>(p.final_state) + offset(slots.write);
   if (p.final_state && slots.per_token) {
     t.per_token_states = true;
     for (int64_t i = 0; i < std::min(t.length, m.slots_per_seq); ++i)
-      if (slots.per_token[i] >= 0) t.state_after[i] = static_cast<char*>(p.final_state) + offset(slots.per_token[i]);
+      if (slots.per_token[i] >= 0)
+        t.state_after[i] = static_cast<char*>(p.final_state) + offset(slots.per_token[i]);
   }
   return t;
 }

@@ -8,7 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #define FLASH_KDA_INLINE inline __attribute__((always_inline))
 
@@ -76,5 +78,19 @@ struct Simd {
     return y * two_n;
   }
 };
+
+// Whether the 8-wide AVX2 + FMA kernels should run: the CPU has them and FLASH_KDA_CPU_ISA is not
+// "portable" (which forces the 4-wide baseline kernels; that is how the tests cover them on AVX2
+// machines). Callers decide once per process, so every call takes the same arithmetic path.
+inline bool use_avx2_kernels() {
+  const char* isa = std::getenv("FLASH_KDA_CPU_ISA");
+  if (isa && std::string(isa) == "portable") return false;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
 
 }  // namespace flash_kda::cpu

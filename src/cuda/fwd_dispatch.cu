@@ -62,6 +62,12 @@ bool available() {
 size_t workspace_size(const FwdParams&) { return 0; }
 
 Status fwd(const FwdParams& p, cudaStream_t stream) {
+  // State pools in the prefill (docs/serving.md) run on the CPU backends only so far.
+  if (p.state_indices)
+    return {StatusCode::kUnsupported, "state_indices: the CUDA forward does not support state pools yet"};
+  if (p.has_initial_state)
+    return {StatusCode::kUnsupported, "has_initial_state: the CUDA forward does not support it yet"};
+
   int device = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e != cudaSuccess) return cuda_error("backend: no CUDA device", e);

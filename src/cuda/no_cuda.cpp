@@ -10,6 +10,10 @@ Status fwd(const FwdParams&, cudaStream_t) {
   return {StatusCode::kUnsupported, "backend: this build of flash-kda has no CUDA backend"};
 }
 
+Status decode(const DecodeParams&, cudaStream_t) {
+  return {StatusCode::kUnsupported, "backend: this build of flash-kda has no CUDA backend"};
+}
+
 bool available() { return false; }
 
 }  // namespace flash_kda::cuda

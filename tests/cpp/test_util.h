@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -296,15 +297,17 @@ inline double rel_error(const std::vector<double>& x, const std::vector<double>&
 // The recurrence of SPEC.md in float64, coded from the equations over the problem's contiguous
 // arrays without any code of src/cpu: an independent check of the reference backend's indexing.
 struct NaiveResult {
-  std::vector<double> out;    // [B, T, HV, V]
-  std::vector<double> state;  // [N, HV, V, K], the state after each sequence
+  std::vector<double> out;           // [B, T, HV, V]
+  std::vector<double> state;         // [N, HV, V, K], the state after each sequence
+  std::vector<double> token_states;  // [B, T, HV, V, K], the state after each token (if asked for)
 };
 
-inline NaiveResult naive_forward(const Problem& pb) {
+inline NaiveResult naive_forward(const Problem& pb, bool keep_token_states = false) {
   const int64_t H = pb.cfg.heads, HV = pb.HV, K = pb.K, V = pb.V;
   NaiveResult res;
   res.out.assign(size_t(pb.out_count()), 0.0);
   res.state.assign(size_t(pb.state_count()), 0.0);
+  if (keep_token_states) res.token_states.assign(size_t(pb.cfg.batch * pb.T * HV * V * K), 0.0);
   auto sigmoid = [](double z) { return 1.0 / (1.0 + std::exp(-z)); };
   for (int64_t n = 0; n < pb.N; ++n) {
     for (int64_t hv = 0; hv < HV; ++hv) {
@@ -345,6 +348,7 @@ inline NaiveResult naive_forward(const Problem& pb) {
           for (int64_t c = 0; c < K; ++c) o += S[r * K + c] * q_hat[size_t(c)];
           res.out[size_t((token * HV + hv) * V + r)] = double(pb.scale) * o;
         }
+        if (keep_token_states) std::copy(S, S + V * K, res.token_states.begin() + (token * HV + hv) * V * K);
       }
     }
   }

@@ -104,3 +104,8 @@ def assert_written(name, a):
 
 def state_limit(dtype):
     return FP32_STATE_LIMIT if np.dtype(dtype) == np.float32 else BF16_STATE_LIMIT
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "cuda: needs torch with CUDA and a CUDA build of flash-kda on an sm_90 GPU")

@@ -134,9 +134,16 @@ struct KdaProducer {
       typename Tr::Stage& st = stages[s];
       tiles(raw, st, G);
       group_sync();
-      intra_chunk_products(st);
-      group_sync();
-      if (ptid < 32) inverse(st);
+      // Warp 0 computes A and goes straight on to the inverse, which needs nothing else; warps 2
+      // and 3 compute M meanwhile (warp 1 has no work here).
+      const int warp = ptid >> 5;
+      if (warp == 0) {
+        l_matrix(st);
+        __syncwarp();
+        inverse(st);
+      } else if (warp >= 2) {
+        m_matrix(st, warp - 2);
+      }
       group_sync();  // (racecheck does not treat a fenced bar.arrive as ordering the writes before it)
       ptx::bar_arrive(Tr::kBarFull0 + s, Tr::kHandoffThreads);
     }
@@ -236,18 +243,38 @@ struct KdaProducer {
     }
   }
 
-  // P3: warps 0/1 of the group compute A's two 8-column halves, warps 2/3 M's, each over the 128
-  // channels in four independent accumulator chains.
-  __device__ void intra_chunk_products(typename Tr::Stage& st) {
-    const int warp = ptid >> 5, lane = ptid & 31, g = lane >> 2, t4 = lane & 3;
-    const bool is_m = warp >= 2;
-    const int n0 = (warp & 1) * 8;
-    const float(*lhs)[Tr::kPitchKI] = is_m ? st.q_tilde : st.k_tilde;
-    float acc[4][4] = {};
+  // P3a (warp 0): L = diag(beta) * strict_lower(k_tilde k_bar^T), both 8-column halves, over the
+  // 128 channels in eight independent accumulator chains; stored transposed for the inverse.
+  __device__ void l_matrix(const typename Tr::Stage& st) {
+    const int lane = ptid & 31, g = lane >> 2, t4 = lane & 3;
+    float acc[2][4][4] = {};
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       // (rows g, g + 8) x (channels 2t, 2t + 1) in one load: exactly the A fragment a0..a3.
-      const float4 a4 = *reinterpret_cast<const float4*>(&lhs[g][2 * (8 * j + 2 * t4)]);
+      const float4 a4 = *reinterpret_cast<const float4*>(&st.k_tilde[g][2 * (8 * j + 2 * t4)]);
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        const float2 b = *reinterpret_cast<const float2*>(&grp.k_bar[8 * n + g][8 * j + 2 * t4]);
+        ptx::mma_tf32(acc[n][j % 4], a4.x, a4.y, a4.z, a4.w, b.x, b.y);
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float sum = (acc[n][0][r] + acc[n][1][r]) + (acc[n][2][r] + acc[n][3][r]);
+        const int t = g + (r >= 2 ? 8 : 0), s = 8 * n + 2 * t4 + (r & 1);
+        grp.l_t[s][t] = s < t ? grp.beta[t] * sum : 0.f;
+      }
+  }
+
+  // P3b (warps 2, 3): the 8-column half `half` of M = lower(q_tilde k_bar^T).
+  __device__ void m_matrix(typename Tr::Stage& st, int half) {
+    const int lane = ptid & 31, g = lane >> 2, t4 = lane & 3, n0 = 8 * half;
+    float acc[4][4] = {};
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      const float4 a4 = *reinterpret_cast<const float4*>(&st.q_tilde[g][2 * (8 * j + 2 * t4)]);
       const float2 b = *reinterpret_cast<const float2*>(&grp.k_bar[n0 + g][8 * j + 2 * t4]);
       ptx::mma_tf32(acc[j % 4], a4.x, a4.y, a4.z, a4.w, b.x, b.y);
     }
@@ -255,10 +282,7 @@ struct KdaProducer {
     for (int r = 0; r < 4; ++r) {
       const float sum = (acc[0][r] + acc[1][r]) + (acc[2][r] + acc[3][r]);
       const int t = g + (r >= 2 ? 8 : 0), s = n0 + 2 * t4 + (r & 1);
-      if (is_m)
-        st.m[t][s] = s <= t ? ptx::round_tf32(sum) : 0.f;
-      else
-        grp.l_t[s][t] = s < t ? grp.beta[t] * sum : 0.f;
+      st.m[t][s] = s <= t ? ptx::round_tf32(sum) : 0.f;
     }
   }
 

@@ -1,0 +1,154 @@
+"""Host overhead of one flash-kda call from Python: microseconds per eager call on a tiny problem.
+
+    python bench/host_overhead.py [--device cuda|cpu] [--calls 2000] [--repeats 15] [--json FILE]
+                                  [--dry]
+
+Problem: B=1, T=16, H=HV=4, K=V=128, fp32 initial and final state, lower_bound=-5 (the kernel
+itself takes a few microseconds on an H200, so the time per call is the host path: argument
+handling, checks, the launch). Each route is timed as N back-to-back calls followed by one
+synchronisation, so the device work overlaps the host work and the figure is host time per call;
+the median over --repeats such runs is reported (with min and max).
+
+Routes:
+  fwd              flash_kda.fwd(q, ..., out, ..., initial_state, final_state): FlashKDA's call
+  fwd_varlen       the same with cu_seqlens (2 sequences) and cu_seqlens_cpu (no host copy)
+  fwd_varlen_sync  cu_seqlens on the device without a host copy: fwd copies it to check it (a sync)
+  chunk_kda        flash_kda.chunk_kda(...): allocates out and final_state
+  op_fwd           torch.ops.flash_kda.fwd(...): the custom operator through torch's dispatcher
+  op_chunk_kda     torch.ops.flash_kda.chunk_kda(...)
+  checked          flash_kda._fwd._fwd_checked: every check in Python first (the route all calls
+                   took before the direct route existed; still taken by NumPy arrays)
+  torch_add        x.add_(1) on a 16-element tensor: torch's own per-op cost, for scale
+
+--dry (CPU only): the compiled call is replaced by flash_kda._C.workspace_size, which converts and
+checks the arguments like _C.fwd but runs nothing, so the figures are the Python and binding layers
+without the CPU backend's compute (which, with its per-call threads, dwarfs them).
+"""
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+
+import torch
+
+import flash_kda
+import flash_kda.torch_ops  # noqa: F401  (registers torch.ops.flash_kda)
+from flash_kda import _C, _fwd
+
+B, T, H, K = 1, 16, 4, 128
+
+
+def make(device):
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    rnd = lambda *s: torch.randn(*s, generator=gen).to(device=device, dtype=torch.bfloat16)  # noqa: E731
+    x = dict(q=rnd(B, T, H, K), k=rnd(B, T, H, K), v=rnd(B, T, H, K), g=rnd(B, T, H, K),
+             beta=rnd(B, T, H),
+             A_log=torch.rand(H, generator=gen).to(device),
+             dt_bias=torch.rand(H * K, generator=gen).to(device),
+             h0=torch.randn(B, H, K, K, generator=gen).to(device))
+    x["out"] = torch.empty_like(x["v"])
+    x["ht"] = torch.empty_like(x["h0"])
+    x["cu"] = torch.tensor([0, 5, T], dtype=torch.int64, device=device)
+    x["cu_cpu"] = x["cu"].cpu()
+    x["h0_2"] = torch.randn(2, H, K, K, generator=gen).to(device)
+    x["ht_2"] = torch.empty_like(x["h0_2"])
+    return x
+
+
+def routes(x):
+    q, k, v, g, beta, A, dt = (x[n] for n in ("q", "k", "v", "g", "beta", "A_log", "dt_bias"))
+    out, h0, ht, cu, cu_cpu, h02, ht2 = (x[n] for n in ("out", "h0", "ht", "cu", "cu_cpu", "h0_2", "ht_2"))
+    scale, lb = K ** -0.5, -5.0
+    ops = torch.ops.flash_kda
+    small = torch.zeros(16, device=q.device)
+    return {
+        "fwd": lambda: flash_kda.fwd(q, k, v, g, beta, scale, out, A, dt, lb, h0, ht),
+        "fwd_varlen": lambda: flash_kda.fwd(q, k, v, g, beta, scale, out, A, dt, lb, h02, ht2, cu,
+                                            cu_seqlens_cpu=cu_cpu),
+        "fwd_varlen_sync": lambda: flash_kda.fwd(q, k, v, g, beta, scale, out, A, dt, lb, h02, ht2, cu),
+        "chunk_kda": lambda: flash_kda.chunk_kda(q, k, v, g, beta, scale, h0, True, lower_bound=lb,
+                                                 A_log=A, dt_bias=dt),
+        "op_fwd": lambda: ops.fwd(q, k, v, g, beta, scale, out, A, dt, lb, h0, ht),
+        "op_chunk_kda": lambda: ops.chunk_kda(q, k, v, g, beta, scale, A, dt, lb, h0, None, None, True),
+        "checked": lambda: _fwd._fwd_checked(q, k, v, g, beta, scale, out, A, dt, lb, h0, ht, None,
+                                             None, None),
+        "torch_add": lambda: small.add_(1),
+    }
+
+
+def time_route(fn, sync, calls, repeats):
+    for _ in range(max(calls // 10, 20)):  # warm-up: caches, lazy initialisation
+        fn()
+    sync()
+    per_call = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        per_call.append((time.perf_counter() - t0) / calls * 1e6)
+    return per_call
+
+
+def dry_run():
+    """Replace the compiled forward by a call that converts and checks the same arguments but
+    computes nothing (CPU only)."""
+    real = _C.fwd
+
+    def stub(*args, backend="auto", workspace=None, stream=0, cpu_threads=0, query_workspace=False,
+             strict_dtypes=False):
+        _C.workspace_size(*args, backend="cpu" if backend == "auto" else backend)
+        return 0
+
+    _C.fwd = stub
+    return real
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--calls", type=int, default=None,
+                    help="back-to-back calls per timed run (default 2000; 100 on the CPU unless --dry)")
+    ap.add_argument("--repeats", type=int, default=15, help="timed runs (median reported)")
+    ap.add_argument("--routes", nargs="*", default=None, help="subset of routes")
+    ap.add_argument("--dry", action="store_true", help="CPU: time the host layers only (see above)")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    if args.dry:
+        if device.type != "cpu":
+            sys.exit("--dry is for --device cpu")
+        dry_run()
+    if args.calls is None:
+        args.calls = 2000 if device.type == "cuda" or args.dry else 100
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    x = make(device)
+    table = routes(x)
+    names = args.routes or list(table)
+    if device.type == "cpu" and not args.dry:
+        names = [n for n in names if n != "fwd_varlen_sync"]  # identical to fwd_varlen on the host
+    rows = []
+    with torch.inference_mode():
+        for name in names:
+            ts = time_route(table[name], sync, args.calls, args.repeats)
+            rows.append(dict(route=name, us_median=statistics.median(ts), us_min=min(ts), us_max=max(ts)))
+    env = dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+               or platform.machine(),
+               torch=torch.__version__, python=platform.python_version(), flash_kda=flash_kda.__version__,
+               problem=dict(B=B, T=T, H=H, K=K, state="fp32"), calls=args.calls, repeats=args.repeats,
+               dry=args.dry)
+    print(f"host overhead per call, {env['device']}, torch {env['torch']}, B={B} T={T} H={H} K=V={K}"
+          f"{' (dry: no compute)' if args.dry else ''}; {args.calls} calls x {args.repeats} runs")
+    print(f"{'route':<18}{'median us':>11}{'min us':>10}{'max us':>10}")
+    for r in rows:
+        print(f"{r['route']:<18}{r['us_median']:>11.2f}{r['us_min']:>10.2f}{r['us_max']:>10.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(env=env, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

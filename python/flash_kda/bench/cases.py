@@ -1,0 +1,149 @@
+"""The benchmark's problems: BENCH.md's prefill suite (GPU), a smaller suite for the CPU backend,
+custom shapes from the command line, and the accuracy suite.
+
+A case is a plain dict: ``name``, ``H`` (= HV), and either ``lens`` (a packed varlen batch: B = 1,
+T = sum(lens), cu_seqlens) or ``B`` and ``T`` (a fixed batch of B sequences of T tokens).
+K = V = 128 throughout (the CUDA kernels' size).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+K = 128
+
+# BENCH.md's prefill cases, in its order (grouped by H, so fla autotunes once per H).
+GPU_CASES = {
+    "fixed96": dict(B=1, T=8192, H=96),
+    "varlen6_96": dict(lens=[1300, 547, 2048, 963, 271, 3063], H=96),
+    "v1024x8_96": dict(lens=[1024] * 8, H=96),
+    "fixed64": dict(B=1, T=8192, H=64),
+    "varlen6_64": dict(lens=[1300, 547, 2048, 963, 271, 3063], H=64),
+    "v1024x8_64": dict(lens=[1024] * 8, H=64),
+    "fixed32": dict(B=1, T=8192, H=32),
+    "b16x2048_32": dict(B=16, T=2048, H=32),
+    "long64k_32": dict(B=1, T=65536, H=32),
+    "fixed16": dict(B=1, T=8192, H=16),
+}
+
+# BENCH.md's anchors (H200, November 2026): FlashKDA (the CUTLASS library) and fla's Triton
+# chunk_kda in ms, FlashKDA's floor ratio and the goal floor ratio.
+ANCHORS = {
+    "fixed96": dict(flashkda_ms=1.405, fla_ms=2.620, flashkda_ratio=5.9, goal_ratio=2.0),
+    "varlen6_96": dict(flashkda_ms=1.396, fla_ms=2.659, flashkda_ratio=5.5, goal_ratio=2.0),
+    "v1024x8_96": dict(flashkda_ms=1.190, fla_ms=2.637, flashkda_ratio=4.6, goal_ratio=2.0),
+    "fixed64": dict(flashkda_ms=1.189, fla_ms=1.747, flashkda_ratio=7.5, goal_ratio=2.0),
+    "varlen6_64": dict(flashkda_ms=1.022, fla_ms=2.293, flashkda_ratio=6.0, goal_ratio=2.0),
+    "v1024x8_64": dict(flashkda_ms=0.812, fla_ms=3.027, flashkda_ratio=4.7, goal_ratio=2.0),
+    "fixed32": dict(flashkda_ms=0.986, fla_ms=1.060, flashkda_ratio=12.4, goal_ratio=3.0),
+    "b16x2048_32": dict(flashkda_ms=1.540, fla_ms=3.776, flashkda_ratio=4.7, goal_ratio=2.0),
+    "long64k_32": dict(flashkda_ms=7.613, fla_ms=7.668, flashkda_ratio=12.1, goal_ratio=3.0),
+    "fixed16": dict(flashkda_ms=0.878, fla_ms=2.157, flashkda_ratio=22.0, goal_ratio=5.0),
+}
+
+# The CPU suite: the GPU suite's kinds of batch at a quarter of the tokens and H = 8 (a few tens
+# of ms each on a few cores).
+CPU_CASES = {
+    "fixed8": dict(B=1, T=2048, H=8),
+    "varlen6_8": dict(lens=[325, 137, 512, 241, 68, 766], H=8),
+    "v256x8_8": dict(lens=[256] * 8, H=8),
+    "b4x512_8": dict(B=4, T=512, H=8),
+    "long8k_2": dict(B=1, T=8192, H=2),
+}
+
+# Accuracy suite: input distributions of SPEC.md's test list. "transform" is applied to the
+# normal draws before rounding to bf16 ("v*100": large |v|; "g+8": strong decay with
+# lower_bound -5; "g-7": weak decay, a long memory). Lengths of "many_short" are drawn per run.
+ACCURACY_CASES = {
+    "normal": dict(B=1, T=2048, H=8, transform=None, what="normal inputs (SPEC.md)"),
+    "large_v": dict(B=1, T=2048, H=8, transform="v*100", what="large |v|: v x 100"),
+    "strong_decay": dict(B=1, T=2048, H=8, transform="g+8", what="strong decay: g + 8"),
+    "weak_decay_long": dict(B=1, T=4096, H=4, transform="g-7", what="weak decay over a long sequence: g - 7"),
+    "many_short": dict(nseq=64, max_len=128, H=8, transform=None,
+                       what="many short sequences (64, lengths 1..128)"),
+}
+
+
+def expand(case):
+    """(B, T, N, cu_seqlens list or None) of a case."""
+    if case.get("lens") is not None:
+        lens = list(case["lens"])
+        return 1, sum(lens), len(lens), list(itertools.accumulate([0] + lens))
+    return case["B"], case["T"], case["B"], None
+
+
+def nbytes(case, state_bytes=4):
+    """BENCH.md's bytes: q, k, v, g (bf16 [B,T,H,K]), beta (bf16 [B,T,H]), out (bf16) once each,
+    plus the initial and final state ([N,H,V,K], fp32)."""
+    B, T, N, _ = expand(case)
+    H = case["H"]
+    return B * T * H * (4 * 2 * K + 2 + 2 * K) + 2 * N * H * K * K * state_bytes
+
+
+def describe(case):
+    """Short text of a case's batch: '1 x 8192', '16 x 2048', or the varlen lengths."""
+    if case.get("lens") is not None:
+        lens = case["lens"]
+        if len(set(lens)) == 1 and len(lens) > 1:
+            return f"{len(lens)} x {lens[0]} (varlen)"
+        if len(lens) > 8:
+            return f"{len(lens)} seqs, {sum(lens)} tokens"
+        return ", ".join(str(n) for n in lens)
+    return f"{case['B']} x {case['T']}"
+
+
+def _parse_lens(text):
+    """'1300+547+2048' or '1024x8' or '1300:547:1024x2' -> list of ints."""
+    out = []
+    for part in re.split(r"[+:/;]", text):
+        part = part.strip()
+        if not part:
+            continue
+        m = re.fullmatch(r"(\d+)(?:[x*](\d+))?", part)
+        if not m:
+            raise ValueError(f"bad sequence length {part!r} in lens={text!r} (expected e.g. 1300+547 or 1024x8)")
+        out += [int(m.group(1))] * int(m.group(2) or 1)
+    if not out or any(n < 1 for n in out):
+        raise ValueError(f"lens={text!r}: expected positive lengths")
+    return out
+
+
+def parse_shape(text):
+    """A custom case from 'T=8192,H=48' / 'B=4,T=2048,H=32' / 'lens=1300+547+2048,H=64' /
+    'lens=1024x8,H=96,name=mine'. Defaults: B=1, H=32, T=8192."""
+    fields = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        if "=" not in item:
+            raise ValueError(f"--shape {text!r}: expected KEY=VALUE items (B, T, H, lens, name)")
+        key, value = (s.strip() for s in item.split("=", 1))
+        key = key.lower() if key.lower() in ("lens", "name") else key.upper()
+        if key not in ("B", "T", "H", "lens", "name"):
+            raise ValueError(f"--shape {text!r}: unknown key {key!r} (expected B, T, H, lens, name)")
+        fields[key] = value
+    case = {"H": int(fields.get("H", 32))}
+    if "lens" in fields:
+        if "T" in fields or "B" in fields:
+            raise ValueError(f"--shape {text!r}: give either lens or B/T")
+        case["lens"] = _parse_lens(fields["lens"])
+        default_name = f"lens{len(case['lens'])}x{sum(case['lens'])}_{case['H']}"
+    else:
+        case["B"], case["T"] = int(fields.get("B", 1)), int(fields.get("T", 8192))
+        default_name = (f"b{case['B']}x" if case["B"] > 1 else "t") + f"{case['T']}_{case['H']}"
+    for key in ("B", "T", "H"):
+        if key in case and case[key] < 1:
+            raise ValueError(f"--shape {text!r}: {key} must be >= 1")
+    case["name"] = fields.get("name", default_name)
+    return case
+
+
+def select(names, suite):
+    """Cases by name from a suite ({name: case}); 'all' is the whole suite."""
+    if not names or names == ["all"]:
+        return [dict(case, name=n) for n, case in suite.items()]
+    unknown = [n for n in names if n not in suite]
+    if unknown:
+        raise ValueError(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(suite)}")
+    return [dict(suite[n], name=n) for n in names]

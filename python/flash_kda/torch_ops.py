@@ -1,0 +1,406 @@
+"""flash-kda for PyTorch: custom operators, the eager route of ``flash_kda.fwd`` and ``chunk_kda``.
+
+Importing this module imports torch and registers two operators (docs/torch.md):
+
+``torch.ops.flash_kda.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound,
+initial_state=None, final_state=None, cu_seqlens=None, cu_seqlens_cpu=None, backend=None) -> ()``
+    ``flash_kda.fwd`` as an operator: mutates ``out`` and ``final_state``.
+
+``torch.ops.flash_kda.chunk_kda(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound,
+initial_state, cu_seqlens, cu_seqlens_cpu, output_final_state) -> (out, final_state)``
+    functional: allocates and returns ``out`` [B, T, HV, V] (bf16) and ``final_state``
+    [N, HV, V, K] (the dtype of ``initial_state``, fp32 without one); ``final_state`` has shape [0]
+    when ``output_final_state`` is False.
+
+Both have fake (meta) implementations that run every data-independent check, so functions calling
+them trace under ``torch.compile(fullgraph=True)`` and ``torch.export``. ``flash_kda`` loads this
+module by itself: at ``import flash_kda`` when torch is already imported, else on the first
+``flash_kda.fwd`` call that gets a torch tensor or the first use of ``flash_kda.chunk_kda``.
+``import flash_kda.torch_ops`` registers the operators explicitly.
+
+Eager calls with plain tensors skip the operator dispatcher and the Python checks: the arguments
+go to the compiled layer as DLPack capsules, which checks every dtype, shape, stride, device and
+value before anything is written; only a call it rejects is checked again in Python
+(flash_kda._fwd) to produce that module's error message. Under torch.compile, FakeTensor or any
+torch dispatch mode, ``flash_kda.fwd`` and ``chunk_kda`` call the operators instead.
+"""
+
+from typing import Optional, Tuple
+
+import torch
+
+from . import _C, _fwd
+
+__all__ = ["chunk_kda", "fwd_torch"]
+
+_Tensor = torch.Tensor
+_to_dlpack = getattr(torch._C, "_to_dlpack", None) or torch.utils.dlpack.to_dlpack
+_is_compiling = torch.compiler.is_compiling
+_dispatch_depth = getattr(torch._C, "_len_torch_dispatch_stack", None) or (lambda: 0)
+_grad_enabled = torch.is_grad_enabled
+_SCALAR_TYPES = (float, int)
+_CU_DTYPES = (torch.int64, torch.int32)
+_STATE_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def _cuda_current_stream(device_index):
+    return torch.cuda.current_stream(device_index).cuda_stream
+
+
+# Private torch bindings that return plain ints/bools (a few hundred ns instead of microseconds for
+# torch.cuda.current_stream() and friends); the public spellings are the fallback.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or _cuda_current_stream
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+_is_capturing = (getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+                 or torch.cuda.is_current_stream_capturing)
+
+
+# ---- the eager route ---------------------------------------------------------------------------
+
+def _host_copy_ok(cu_seqlens, cu_seqlens_cpu):
+    """cu_seqlens_cpu is a host tensor of the dtype and shape of cu_seqlens (its values are read by
+    _cu_contents_ok, or not at all on the host, where cu_seqlens itself is read)."""
+    return (type(cu_seqlens_cpu) is _Tensor and cu_seqlens is not None and not cu_seqlens_cpu.is_cuda
+            and cu_seqlens_cpu.dtype in _CU_DTYPES and cu_seqlens_cpu.shape == cu_seqlens.shape)
+
+
+def _cu_contents_ok(cu_seqlens, cu_seqlens_cpu, total):
+    """For CUDA cu_seqlens: True when the contents are valid, or cannot be read now (the stream is
+    capturing a CUDA graph; they are then the caller's responsibility). False sends the call to the
+    checked route, which raises the error. A host copy given as cu_seqlens_cpu is read instead of
+    copying cu_seqlens (a synchronisation)."""
+    if cu_seqlens_cpu is not None:
+        if not _host_copy_ok(cu_seqlens, cu_seqlens_cpu):
+            return False
+        values = cu_seqlens_cpu.tolist()
+    elif not cu_seqlens.is_cuda:
+        return True  # a host cu_seqlens with CUDA tensors: the compiled layer rejects the devices
+    elif _is_capturing():
+        return True
+    else:
+        values = cu_seqlens.tolist()  # copies to the host: synchronises with the device
+    if type(values) is not list or not values or values[0] != 0 or values[-1] != total:
+        return False
+    previous = 0
+    for value in values:
+        if value < previous:
+            return False
+        previous = value
+    return True
+
+
+def _direct(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
+            cu_seqlens, cu_seqlens_cpu):
+    """flash_kda.fwd on plain torch tensors without Python checks. Returns False, having written
+    nothing, when the checked route must take the call: an argument that is not a tensor or not a
+    plain number, CUDA cu_seqlens with bad contents, or a call the compiled layer rejects."""
+    if not (isinstance(scale, _SCALAR_TYPES) and isinstance(lower_bound, _SCALAR_TYPES)):
+        return False
+    td = _to_dlpack
+    try:
+        args = (td(q), td(k), td(v), td(g), td(beta), float(scale), td(out), td(A_log), td(dt_bias),
+                float(lower_bound), None if initial_state is None else td(initial_state),
+                None if final_state is None else td(final_state),
+                None if cu_seqlens is None else td(cu_seqlens))
+    except Exception:  # not a tensor, or one DLPack cannot describe: the checked route says why
+        return False
+    try:
+        if not q.is_cuda:
+            if cu_seqlens_cpu is not None and not _host_copy_ok(cu_seqlens, cu_seqlens_cpu):
+                return False
+            _C.fwd(*args, backend="auto", strict_dtypes=True)
+            return True
+        device = q.get_device()
+        if _current_device() == device:
+            return _launch_cuda(args, device, q, cu_seqlens, cu_seqlens_cpu)
+        with torch.cuda.device(device):
+            return _launch_cuda(args, device, q, cu_seqlens, cu_seqlens_cpu)
+    except (TypeError, ValueError):  # rejected before anything was written
+        return False
+
+
+def _launch_cuda(args, device, q, cu_seqlens, cu_seqlens_cpu):
+    """_direct's CUDA part, with `device` current."""
+    if cu_seqlens is not None and not _cu_contents_ok(
+            cu_seqlens, cu_seqlens_cpu, q.shape[0] * q.shape[1] if q.dim() == 4 else -1):
+        return False
+    needed = _C.fwd(*args, backend="auto", stream=_raw_stream(device), query_workspace=True,
+                    strict_dtypes=True)
+    return needed == 0  # a call that needs a workspace runs on the checked route, which provides it
+
+
+def _eager(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
+           cu_seqlens, backend, cu_seqlens_cpu):
+    """The operators' implementation and chunk_kda's eager call: direct, else checked."""
+    if backend is None and _direct(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound,
+                                   initial_state, final_state, cu_seqlens, cu_seqlens_cpu):
+        return
+    _fwd._fwd_checked(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state,
+                      final_state, cu_seqlens, backend, cu_seqlens_cpu)
+
+
+def fwd_torch(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
+              cu_seqlens, backend, cu_seqlens_cpu):
+    """flash_kda.fwd when torch is imported and q is not a NumPy array: the operator while traced,
+    else the direct route, else (not plain tensors, or rejected) the checked route."""
+    if _is_compiling() or _dispatch_depth():
+        if isinstance(q, _Tensor):
+            _fwd_op(q, k, v, g, beta, _fwd._scalar("scale", scale), out, A_log, dt_bias,
+                    _fwd._scalar("lower_bound", lower_bound), initial_state, final_state, cu_seqlens,
+                    cu_seqlens_cpu, backend)
+            return None
+    elif backend is None and _direct(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound,
+                                     initial_state, final_state, cu_seqlens, cu_seqlens_cpu):
+        return None
+    _fwd._fwd_checked(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state,
+                      final_state, cu_seqlens, backend, cu_seqlens_cpu)
+    return None
+
+
+# ---- operators -----------------------------------------------------------------------------------
+
+@torch.library.custom_op("flash_kda::fwd", mutates_args=("out", "final_state"))
+def _fwd_op(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float,
+    out: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    lower_bound: float,
+    initial_state: Optional[torch.Tensor] = None,
+    final_state: Optional[torch.Tensor] = None,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    cu_seqlens_cpu: Optional[torch.Tensor] = None,
+    backend: Optional[str] = None,
+) -> None:
+    _eager(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
+           cu_seqlens, backend, cu_seqlens_cpu)
+
+
+@_fwd_op.register_fake
+def _fwd_fake(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state=None,
+              final_state=None, cu_seqlens=None, cu_seqlens_cpu=None, backend=None):
+    _fwd._validate(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state,
+                   final_state, cu_seqlens, backend, cu_seqlens_cpu, meta_ok=True)
+
+
+def _allocate(q, v, initial_state, cu_seqlens, output_final_state):
+    """out and final_state (or None) for the chunk_kda operator; raises the errors fwd would for the
+    ranks it needs to read the sizes."""
+    for name, x, rank, text in (("q", q, 4, "[B, T, H, K]"), ("v", v, 4, "[B, T, HV, V]"),
+                                ("cu_seqlens", cu_seqlens, 1, "[N + 1]")):
+        if x is not None and x.dim() != rank:
+            raise ValueError(f"{name}: expected shape {text} (got {list(x.shape)})")
+    out = torch.empty_like(v, memory_format=torch.contiguous_format)
+    return out, _final_state(q, v, initial_state, cu_seqlens) if output_final_state else None
+
+
+def _final_state(q, v, initial_state, cu_seqlens):
+    """An empty final state [N, HV, V, K]: the dtype of initial_state, fp32 without one (or with one
+    of a dtype fwd rejects)."""
+    N = q.shape[0] if cu_seqlens is None else max(cu_seqlens.shape[0] - 1, 0)
+    dtype = torch.float32
+    if initial_state is not None and initial_state.dtype in _STATE_DTYPES:
+        dtype = initial_state.dtype
+    return torch.empty((N, v.shape[2], v.shape[3], q.shape[3]), dtype=dtype, device=q.device)
+
+
+@torch.library.custom_op("flash_kda::chunk_kda", mutates_args=())
+def _chunk_op(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    lower_bound: float,
+    initial_state: Optional[torch.Tensor],
+    cu_seqlens: Optional[torch.Tensor],
+    cu_seqlens_cpu: Optional[torch.Tensor],
+    output_final_state: bool,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    out, final = _allocate(q, v, initial_state, cu_seqlens, output_final_state)
+    _eager(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final,
+           cu_seqlens, None, cu_seqlens_cpu)
+    return out, _placeholder(q) if final is None else final
+
+
+@_chunk_op.register_fake
+def _chunk_fake(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial_state, cu_seqlens,
+                cu_seqlens_cpu, output_final_state):
+    out, final = _allocate(q, v, initial_state, cu_seqlens, output_final_state)
+    _fwd._validate(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final,
+                   cu_seqlens, None, cu_seqlens_cpu, meta_ok=True)
+    return out, _placeholder(q) if final is None else final
+
+
+def _placeholder(q):
+    """The final_state output of the chunk_kda operator when none was asked for."""
+    return torch.empty((0,), dtype=torch.float32, device=q.device)
+
+
+# ---- chunk_kda -------------------------------------------------------------------------------------
+
+def _unsupported(name, value, why):
+    return NotImplementedError(f"{name}: {value!r} is not supported by flash_kda.chunk_kda ({why})")
+
+
+def chunk_kda(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    scale=None,
+    initial_state=None,
+    output_final_state=False,
+    use_qk_l2norm_in_kernel=True,
+    use_gate_in_kernel=True,
+    use_beta_sigmoid_in_kernel=True,
+    allow_neg_eigval=False,
+    safe_gate=True,
+    lower_bound=None,
+    disable_recompute=False,
+    return_intermediate_states=False,
+    state_v_first=True,
+    cu_seqlens=None,
+    cu_seqlens_cpu=None,
+    cp_context=None,
+    use_graph=False,
+    max_num_seqs=None,
+    *,
+    A_log=None,
+    dt_bias=None,
+    chunk_size=64,
+    transpose_state_layout=None,
+):
+    """KDA forward with flash-linear-attention's ``chunk_kda`` interface (fla 0.6.0 argument names
+    and positions); allocates and returns ``(o, final_state)``.
+
+    ``o`` is bf16 [B, T, HV, V]; ``final_state`` is None unless ``output_final_state``, then
+    [N, HV, V, K] with ``state_v_first=True`` (the default here) or [N, HV, K, V] with
+    ``state_v_first=False``, of the dtype of ``initial_state`` (fp32 without one). Computes what
+    fla computes with ``use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+    use_beta_sigmoid_in_kernel=True, safe_gate=True`` and a ``lower_bound``: raw q, k (L2-normalised
+    inside), raw gate ``g`` with ``A_log`` [HV] and ``dt_bias`` [HV * K] or [HV, K] (either may be
+    None: ``A_log=None`` means a rate of 1, ``dt_bias=None`` no bias), beta logits.
+
+    Options flash-kda does not implement raise ``NotImplementedError`` naming the argument:
+    ``use_qk_l2norm_in_kernel=False``, ``use_gate_in_kernel=False``,
+    ``use_beta_sigmoid_in_kernel=False``, ``allow_neg_eigval=True``, ``safe_gate=False``,
+    ``lower_bound=None`` (fla's softplus gate), ``return_intermediate_states=True``, ``cp_context``,
+    and inputs that require grad while grad mode is on (forward only: call it under
+    ``torch.inference_mode()`` or ``torch.no_grad()``). ``disable_recompute`` (a backward option)
+    and ``use_graph`` (the kernel is CUDA-graph safe anyway) are accepted and have no effect;
+    ``chunk_size`` is checked (32 or 64) and ignored. ``state_v_first=False`` transposes the states
+    in and out (one copy each way).
+
+    Everything else is checked as by :func:`flash_kda.fwd` (TypeError / ValueError naming the
+    argument). CUDA tensors run on the current stream; ``cu_seqlens`` on CUDA are checked through a
+    host copy unless ``cu_seqlens_cpu`` is given or a CUDA graph is being captured. Under
+    ``torch.compile`` the call is the operator ``torch.ops.flash_kda.chunk_kda``.
+    """
+    if (not (use_qk_l2norm_in_kernel and use_gate_in_kernel and use_beta_sigmoid_in_kernel
+             and safe_gate) or allow_neg_eigval or lower_bound is None or return_intermediate_states
+            or cp_context is not None or chunk_size != 64 or transpose_state_layout is not None
+            or (use_graph and max_num_seqs is not None)):
+        state_v_first = _check_options(
+            use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+            safe_gate, lower_bound, return_intermediate_states, state_v_first, cu_seqlens, cp_context,
+            use_graph, max_num_seqs, chunk_size, transpose_state_layout)
+    if type(q) is not _Tensor or type(v) is not _Tensor or q.dim() != 4 or v.dim() != 4:
+        _check_tensors(q, k, v, g, beta)  # raises unless q..beta are tensor subclasses of the right rank
+    if _grad_enabled():
+        _check_no_grad(q, k, v, g, beta, A_log, dt_bias, initial_state)
+    scale = q.shape[3] ** -0.5 if scale is None else _fwd._scalar("scale", scale)
+    lower_bound = _fwd._scalar("lower_bound", lower_bound)
+    if A_log is None:  # fla: the gate is lower_bound * sigmoid(g + dt_bias), i.e. exp(A_log) = 1
+        A_log = torch.zeros(v.shape[2], dtype=torch.float32, device=q.device)
+    if dt_bias is None:
+        dt_bias = torch.zeros((v.shape[2], q.shape[3]), dtype=torch.float32, device=q.device)
+    if not state_v_first and isinstance(initial_state, _Tensor) and initial_state.dim() == 4:
+        initial_state = initial_state.transpose(2, 3).contiguous()
+
+    if _is_compiling() or _dispatch_depth():
+        o, final = _chunk_op(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial_state,
+                             cu_seqlens, cu_seqlens_cpu, bool(output_final_state))
+        if not output_final_state:
+            final = None
+    else:
+        o = torch.empty_like(v, memory_format=torch.contiguous_format)
+        final = None
+        if output_final_state:
+            final = _final_state(q, v, initial_state, cu_seqlens)
+        _eager(q, k, v, g, beta, scale, o, A_log, dt_bias, lower_bound, initial_state, final,
+               cu_seqlens, None, cu_seqlens_cpu)
+    if final is not None and not state_v_first:
+        final = final.transpose(2, 3).contiguous()
+    return o, final
+
+
+def _check_options(use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+                   allow_neg_eigval, safe_gate, lower_bound, return_intermediate_states, state_v_first,
+                   cu_seqlens, cp_context, use_graph, max_num_seqs, chunk_size, transpose_state_layout):
+    """chunk_kda's options beyond the default ones: raises for what flash-kda does not implement;
+    returns state_v_first (fla's deprecated transpose_state_layout is an alias)."""
+    if transpose_state_layout is not None:
+        if state_v_first is not True and bool(state_v_first) != bool(transpose_state_layout):
+            raise ValueError("transpose_state_layout: deprecated name of state_v_first; pass one")
+        state_v_first = bool(transpose_state_layout)
+    if not use_qk_l2norm_in_kernel:
+        raise _unsupported("use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel,
+                           "q and k are always L2-normalised inside; pass them raw with True")
+    if not use_gate_in_kernel:
+        raise _unsupported("use_gate_in_kernel", use_gate_in_kernel,
+                           "the gate is always computed inside from the raw g, A_log, dt_bias and "
+                           "lower_bound")
+    if not use_beta_sigmoid_in_kernel:
+        raise _unsupported("use_beta_sigmoid_in_kernel", use_beta_sigmoid_in_kernel,
+                           "beta is always taken as logits; pass it raw with True")
+    if allow_neg_eigval:
+        raise _unsupported("allow_neg_eigval", allow_neg_eigval, "beta = sigmoid(logits) only")
+    if not safe_gate:
+        raise _unsupported("safe_gate", safe_gate,
+                           "only the bounded gate lower_bound * sigmoid(exp(A_log) * (g + dt_bias))")
+    if lower_bound is None:
+        raise _unsupported("lower_bound", lower_bound,
+                           "None selects fla's softplus gate; pass -5 <= lower_bound < 0, e.g. -5")
+    if return_intermediate_states:
+        raise _unsupported("return_intermediate_states", return_intermediate_states,
+                           "intermediate states are not produced")
+    if cp_context is not None:
+        raise _unsupported("cp_context", type(cp_context).__name__, "no context parallelism")
+    if chunk_size not in (32, 64):
+        raise ValueError(f"chunk_size: must be 32 or 64 (got {chunk_size!r})")
+    if (use_graph and max_num_seqs is not None and isinstance(cu_seqlens, _Tensor)
+            and cu_seqlens.dim() == 1 and cu_seqlens.shape[0] - 1 != max_num_seqs):
+        raise ValueError(f"max_num_seqs: cu_seqlens holds {cu_seqlens.shape[0] - 1} sequences, "
+                         f"expected max_num_seqs={max_num_seqs}")
+    return state_v_first
+
+
+def _check_tensors(q, k, v, g, beta):
+    for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
+        if not isinstance(x, _Tensor):
+            raise TypeError(f"{name}: expected a torch tensor (got {type(x).__name__})")
+    if q.dim() != 4:
+        raise ValueError(f"q: expected shape [B, T, H, K] (got {list(q.shape)})")
+    if v.dim() != 4:
+        raise ValueError(f"v: expected shape [B, T, HV, V] (got {list(v.shape)})")
+
+
+def _check_no_grad(*tensors):
+    if any(isinstance(x, _Tensor) and x.requires_grad for x in tensors):
+        raise NotImplementedError(
+            "chunk_kda: an input requires grad, but flash-kda computes the forward only (no "
+            "backward); call it under torch.inference_mode() or torch.no_grad(), or use fla's "
+            "chunk_kda for training")
+
+
+_fwd._TORCH_FWD = fwd_torch

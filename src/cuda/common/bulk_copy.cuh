@@ -1,0 +1,50 @@
+// sm_90 bulk copies (the TMA engine without a tensor map) and the mbarrier that reports their
+// completion: one thread moves a contiguous block of global memory into shared memory with one
+// instruction, and no register holds the data while it is in flight.
+#pragma once
+
+#include <cstdint>
+
+namespace flash_kda::cuda {
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Initialises an mbarrier that completes one phase after `count` arrivals (and the transaction bytes
+// announced by them), and makes the initialisation visible to the async proxy (the bulk copy).
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(count) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // (a lone CTA is its own cluster)
+}
+
+// Arrives on `bar` announcing `bytes` of transactions that must complete before its phase does.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes)
+               : "memory");
+}
+
+// Waits until the phase with parity `parity` of `bar` has completed.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, "
+        "p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_address(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to this CTA's shared
+// memory; completion is reported to `bar` as transaction bytes. The .shared::cta destination (PTX ISA
+// 8.6, CUDA 12.8) needs no cluster launch.
+__device__ __forceinline__ void bulk_copy_g2s(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_address(smem)),
+               "l"(gmem), "r"(bytes), "r"(smem_address(bar))
+               : "memory");
+}
+
+}  // namespace flash_kda::cuda

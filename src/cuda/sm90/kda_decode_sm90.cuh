@@ -1,0 +1,359 @@
+// The sm_90a decode kernel: 1..8 tokens per sequence on a state pool (docs/serving.md).
+//
+// Decode is memory-bound: per (sequence, value head) and step the 128×128 state is read once and
+// written once (fp32: 64 KB each way; bf16: 32 KB) while the inputs are ~1 KB. The kernel therefore
+// streams the state through once: one bulk copy (TMA) of the CTA's rows — contiguous in the pool —
+// into shared memory, issued by one thread before anything else so that it is in flight while the
+// CTA prepares the token vectors; then registers; then 16-byte streaming stores straight from the
+// registers, each warp instruction covering whole 128-byte lines. Loading through the bulk copy
+// rather than into registers keeps no register busy while the load is in flight: with register loads
+// overlapping the preparation, 4 rows a thread needed 160 registers (3 CTAs an SM) or spilled.
+//
+// Work unit (one CTA of 128 threads): (sequence, value head, slice of kRows state rows). Within a
+// warp, 8 lanes share a row — lane l8 holds the 16 columns {j·8·kVec + l8·kVec + e} of it, so the 8
+// lanes' 16-byte accesses of chunk j cover 128 contiguous bytes — and the warp's 4 row groups take
+// kRowsPerThread rows each. Per token, with q_tilde = scale · q_hat and S_a = S · Diag(alpha):
+//
+//   one pass over the registers:   S_a = S ⊙ alpha,   pk = S_a k_hat,   pq = S_a q_tilde
+//   8-lane butterfly sums of pk, pq; delta = beta (v − pk); out = pq + delta (k_hat · q_tilde)
+//   second pass:                   S = S_a + delta k_hatᵀ
+//
+// which is the recurrence of docs/spec.md in exact arithmetic, with one reduction round a token. The
+// per-token vectors (k_hat, q_tilde, alpha, v, beta, k_hat · q_tilde) are prepared once per CTA in
+// shared memory, one warp per token, while the state loads are in flight.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../common/bulk_copy.cuh"
+
+namespace flash_kda::cuda::sm90 {
+
+// Everything the kernel reads, filled by src/cuda/decode_dispatch.cu from DecodeParams.
+struct KdaDecodeArgs {
+  const uint16_t *q, *k, *v, *g, *beta;  // bf16
+  uint16_t* out;                         // bf16
+  const float* A_log;                    // [HV]
+  const float* dt_bias;                  // [HV * 128]
+  void* state;                           // pool [pool_size, HV, 128, 128], bf16 or fp32
+  const int32_t* state_indices;          // [N, indices_stride]
+  const int32_t* num_accepted;           // [N] or nullptr
+  const void* cu_seqlens;                // [N + 1] or nullptr
+  int64_t q_s[3], k_s[3], v_s[3], g_s[3], out_s[3], beta_s[3];  // (batch, token, head) strides
+  int64_t seqlen;          // T (fixed batch) or the packed length (cu_seqlens)
+  int64_t pool_size;       // P
+  int64_t indices_stride;  // elements between index rows
+  int slots_per_seq;       // S: 1, or 1 + drafts (speculative)
+  int heads_v;             // HV
+  int group;               // HV / H
+  float scale;
+  float lower_bound;
+  bool cu_seqlens_i64;
+};
+
+// Compile-time shape of the kernel: StateT is float or __nv_bfloat16, kRowsPerThread 1, 2, 4 or 8.
+template <typename StateT, int kRowsPerThread>
+struct KdaDecodeTraits {
+  using State = StateT;
+  static constexpr int kDim = 128;      // K = V
+  static constexpr int kMaxTokens = 8;  // kMaxDecodeTokens
+  static constexpr int kThreads = 128;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kLanesPerRow = 8;  // lanes sharing one row of S
+  static constexpr int kRowGroups = 32 / kLanesPerRow;
+  static constexpr int kRowsPerThread_ = kRowsPerThread;
+  static constexpr int kRows = kWarps * kRowGroups * kRowsPerThread;      // rows of S a CTA owns
+  static constexpr int kSlices = kDim / kRows;                            // CTAs per (sequence, head)
+  static constexpr int kCols = kDim / kLanesPerRow;                       // columns a lane holds per row: 16
+  static constexpr int kVec = 16 / int(sizeof(StateT));                   // state elements per 16 bytes
+  static constexpr int kChunks = kCols / kVec;                            // 16-byte accesses per row a lane
+  static constexpr int kSliceBytes = kRows * kDim * int(sizeof(StateT));  // one bulk copy
+  // CTAs per SM the register allocation must allow: 4 rows a thread fit 128 registers (4 CTAs, 16
+  // warps, 128 KB of fp32 state in flight per SM; shared memory allows 4 as well).
+  static constexpr int kMinBlocks = kRowsPerThread >= 4 ? 4 : kRowsPerThread == 2 ? 5 : 6;
+  static_assert(kDim % kRows == 0, "the rows of S must split evenly over the CTAs of a head");
+  static_assert(kRows % 8 == 0, "out is written in 16-byte pieces of 8 rows");
+  static_assert(kMaxTokens * kRows / 8 <= kThreads, "one thread per 16-byte piece of out");
+
+  // Column of element e of chunk j in lane l8's part of a row.
+  static __device__ __forceinline__ int column(int l8, int j, int e) {
+    return j * kLanesPerRow * kVec + l8 * kVec + e;
+  }
+};
+
+namespace decode_detail {
+
+__device__ __forceinline__ float bf16_bits_to_float(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return reinterpret_cast<const uint32_t&>(h);
+}
+
+__device__ __forceinline__ float sigmoid(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+// Reads one 16-byte piece of the state (in shared memory) as kVec floats.
+__device__ __forceinline__ void load_state_vec(const float* p, float* x) {
+  const float4 f = *reinterpret_cast<const float4*>(p);
+  x[0] = f.x, x[1] = f.y, x[2] = f.z, x[3] = f.w;
+}
+__device__ __forceinline__ void load_state_vec(const __nv_bfloat16* p, float* x) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    x[2 * i] = bf16_bits_to_float(w[i] & 0xffffu);
+    x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+// Writes kVec floats as one 16-byte piece of the pool. Streaming hint (.cs): the pool is touched once
+// a step, so its lines should not evict the inputs from L2.
+__device__ __forceinline__ void store_state_vec(float* p, const float* x) {
+  __stcs(reinterpret_cast<float4*>(p), make_float4(x[0], x[1], x[2], x[3]));
+}
+__device__ __forceinline__ void store_state_vec(__nv_bfloat16* p, const float* x) {
+  __stcs(reinterpret_cast<uint4*>(p), make_uint4(pack_bf16x2(x[0], x[1]), pack_bf16x2(x[2], x[3]),
+                                                 pack_bf16x2(x[4], x[5]), pack_bf16x2(x[6], x[7])));
+}
+
+// Four consecutive bf16 values (8-byte aligned) as floats.
+__device__ __forceinline__ void load_bf16x4(const uint16_t* p, float* x) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  x[0] = bf16_bits_to_float(u.x & 0xffffu);
+  x[1] = __uint_as_float(u.x & 0xffff0000u);
+  x[2] = bf16_bits_to_float(u.y & 0xffffu);
+  x[3] = __uint_as_float(u.y & 0xffff0000u);
+}
+
+}  // namespace decode_detail
+
+template <typename Tr>
+struct KdaDecodeSmem {
+  alignas(128) typename Tr::State state[Tr::kRows][Tr::kDim];  // the CTA's rows, as in the pool
+  alignas(16) float k_hat[Tr::kMaxTokens][Tr::kDim];
+  alignas(16) float q_tilde[Tr::kMaxTokens][Tr::kDim];  // times scale
+  alignas(16) float alpha[Tr::kMaxTokens][Tr::kDim];
+  float v[Tr::kMaxTokens][Tr::kRows];  // this CTA's rows
+  alignas(16) __nv_bfloat16 out[Tr::kMaxTokens][Tr::kRows];
+  float beta[Tr::kMaxTokens];
+  float kq[Tr::kMaxTokens];            // k_hat · q_tilde
+  int64_t write_slot[Tr::kMaxTokens];  // speculative: slot of the state after token t, or -1
+  uint64_t state_loaded;               // mbarrier of the bulk copy
+};
+
+template <typename Tr>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
+    kda_decode_kernel(const __grid_constant__ KdaDecodeArgs a) {
+  using namespace decode_detail;
+  using State = typename Tr::State;
+  constexpr int D = Tr::kDim, RPT = Tr::kRowsPerThread_, kVec = Tr::kVec;
+  __shared__ KdaDecodeSmem<Tr> sm;
+
+  const int slice = int(blockIdx.x % Tr::kSlices);
+  const int pair = int(blockIdx.x / Tr::kSlices);
+  const int hv = pair % a.heads_v, n = pair / a.heads_v, h = hv / a.group;
+  const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int l8 = lane % Tr::kLanesPerRow, row_group = lane / Tr::kLanesPerRow;
+
+  // ---- the sequence: its tokens and slots. Every value here is the same for the whole CTA, so the
+  // early returns are uniform. Contents the host could not check are clamped or treated as padding,
+  // never used to address outside the tensors.
+  int64_t batch_row = n, begin = 0;
+  int length = int(a.seqlen);
+  if (a.cu_seqlens) {
+    int64_t b, e;
+    if (a.cu_seqlens_i64) {
+      b = static_cast<const int64_t*>(a.cu_seqlens)[n];
+      e = static_cast<const int64_t*>(a.cu_seqlens)[n + 1];
+    } else {
+      b = static_cast<const int32_t*>(a.cu_seqlens)[n];
+      e = static_cast<const int32_t*>(a.cu_seqlens)[n + 1];
+    }
+    b = min(max(b, int64_t(0)), a.seqlen);
+    e = min(max(e, b), a.seqlen);
+    batch_row = 0;
+    begin = b;
+    length = int(min(e - b, int64_t(Tr::kMaxTokens)));
+  }
+  if (length == 0) return;  // no token: the state stays as it is
+  const int32_t* indices = a.state_indices + n * a.indices_stride;
+  const bool speculative = a.slots_per_seq > 1;
+  int read_column = 0;
+  if (a.num_accepted) {
+    const int accepted = a.num_accepted[n];
+    if (accepted < 1 || accepted > a.slots_per_seq) return;  // padding (or invalid): nothing written
+    read_column = accepted - 1;
+  }
+  const int64_t read_slot = indices[read_column];
+  if (read_slot < 0 || read_slot >= a.pool_size) return;  // padding sequence
+
+  // ---- one bulk copy of this CTA's rows of S (in flight during the preparation below) ----
+  State* const pool = static_cast<State*>(a.state);
+  const int64_t head_offset = int64_t(hv) * D * D + int64_t(slice) * Tr::kRows * D;
+  if (tid == 0) {
+    mbarrier_init(&sm.state_loaded, 1);
+    mbarrier_arrive_expect_tx(&sm.state_loaded, Tr::kSliceBytes);
+    bulk_copy_g2s(&sm.state[0][0], pool + read_slot * a.heads_v * D * D + head_offset, Tr::kSliceBytes,
+                  &sm.state_loaded);
+  }
+
+  // ---- per-token vectors, one warp per token ----
+  const float gate_rate = __expf(a.A_log[hv]);
+  for (int t = warp; t < length; t += Tr::kWarps) {
+    const int64_t token = begin + t;
+    const int c0 = 4 * lane;  // this lane's 4 channels
+    float q[4], k[4], g[4];
+    load_bf16x4(a.q + batch_row * a.q_s[0] + token * a.q_s[1] + h * a.q_s[2] + c0, q);
+    load_bf16x4(a.k + batch_row * a.k_s[0] + token * a.k_s[1] + h * a.k_s[2] + c0, k);
+    load_bf16x4(a.g + batch_row * a.g_s[0] + token * a.g_s[1] + hv * a.g_s[2] + c0, g);
+    const uint16_t* v_row = a.v + batch_row * a.v_s[0] + token * a.v_s[1] + hv * a.v_s[2] + slice * Tr::kRows;
+    for (int r = 4 * lane; r < Tr::kRows; r += 128) {
+      float v4[4];
+      load_bf16x4(v_row + r, v4);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sm.v[t][r + e] = v4[e];
+    }
+    float qq = 0.f, kk = 0.f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) qq += q[e] * q[e], kk += k[e] * k[e];
+    // The eps inside the root, as docs/spec.md: an all-zero key stays zero.
+    const float q_factor = a.scale * rsqrtf(warp_sum(qq) + 1e-6f);
+    const float k_factor = rsqrtf(warp_sum(kk) + 1e-6f);
+    float kq = 0.f;
+    float4 k4, q4, a4;
+    float* kp = &k4.x;
+    float* qp = &q4.x;
+    float* ap = &a4.x;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      kp[e] = k[e] * k_factor;
+      qp[e] = q[e] * q_factor;
+      kq += kp[e] * qp[e];
+      ap[e] = __expf(a.lower_bound * sigmoid(gate_rate * (g[e] + a.dt_bias[hv * D + c0 + e])));
+    }
+    kq = warp_sum(kq);
+    *reinterpret_cast<float4*>(&sm.k_hat[t][c0]) = k4;
+    *reinterpret_cast<float4*>(&sm.q_tilde[t][c0]) = q4;
+    *reinterpret_cast<float4*>(&sm.alpha[t][c0]) = a4;
+    if (lane == 0) {
+      sm.beta[t] = sigmoid(
+          bf16_bits_to_float(a.beta[batch_row * a.beta_s[0] + token * a.beta_s[1] + hv * a.beta_s[2]]));
+      sm.kq[t] = kq;
+    }
+  }
+  if (tid < length) {
+    int64_t slot = -1;
+    if (speculative && tid < a.slots_per_seq) {
+      slot = indices[tid];
+      if (slot >= a.pool_size) slot = -1;
+    }
+    sm.write_slot[tid] = slot;
+  }
+  __syncthreads();  // also orders the mbarrier's initialisation before every thread's wait
+
+  // ---- this thread's rows of S into registers ----
+  auto row_of = [&](int i) { return (warp * RPT + i) * Tr::kRowGroups + row_group; };  // row within the slice
+  float s[RPT][Tr::kCols];
+  mbarrier_wait(&sm.state_loaded, 0);
+#pragma unroll
+  for (int i = 0; i < RPT; ++i)
+#pragma unroll
+    for (int j = 0; j < Tr::kChunks; ++j)
+      load_state_vec(&sm.state[row_of(i)][Tr::column(l8, j, 0)], &s[i][j * kVec]);
+
+  auto store_rows = [&](int64_t slot) {
+    State* dst = pool + slot * a.heads_v * D * D + head_offset;
+#pragma unroll
+    for (int i = 0; i < RPT; ++i)
+#pragma unroll
+      for (int j = 0; j < Tr::kChunks; ++j)
+        store_state_vec(dst + row_of(i) * D + Tr::column(l8, j, 0), &s[i][j * kVec]);
+  };
+
+  // ---- the tokens ----
+  for (int t = 0; t < length; ++t) {
+    float pk[RPT], pq[RPT];
+#pragma unroll
+    for (int i = 0; i < RPT; ++i) pk[i] = pq[i] = 0.f;
+#pragma unroll
+    for (int j = 0; j < Tr::kChunks; ++j) {
+#pragma unroll
+      for (int e4 = 0; e4 < kVec; e4 += 4) {
+        const int c = Tr::column(l8, j, e4);
+        const float4 al = *reinterpret_cast<const float4*>(&sm.alpha[t][c]);
+        const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][c]);
+        const float4 qt = *reinterpret_cast<const float4*>(&sm.q_tilde[t][c]);
+        const float alv[4] = {al.x, al.y, al.z, al.w}, khv[4] = {kh.x, kh.y, kh.z, kh.w};
+        const float qtv[4] = {qt.x, qt.y, qt.z, qt.w};
+#pragma unroll
+        for (int i = 0; i < RPT; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float& x = s[i][j * kVec + e4 + e];
+            x *= alv[e];
+            pk[i] = fmaf(x, khv[e], pk[i]);
+            pq[i] = fmaf(x, qtv[e], pq[i]);
+          }
+      }
+    }
+#pragma unroll
+    for (int o = 1; o < Tr::kLanesPerRow; o <<= 1)
+#pragma unroll
+      for (int i = 0; i < RPT; ++i) {
+        pk[i] += __shfl_xor_sync(0xffffffffu, pk[i], o);
+        pq[i] += __shfl_xor_sync(0xffffffffu, pq[i], o);
+      }
+    const float beta = sm.beta[t], kq = sm.kq[t];
+    float delta[RPT];
+#pragma unroll
+    for (int i = 0; i < RPT; ++i) {
+      delta[i] = beta * (sm.v[t][row_of(i)] - pk[i]);
+      if (l8 == 0) sm.out[t][row_of(i)] = __float2bfloat16_rn(fmaf(delta[i], kq, pq[i]));
+    }
+#pragma unroll
+    for (int j = 0; j < Tr::kChunks; ++j)
+#pragma unroll
+      for (int e4 = 0; e4 < kVec; e4 += 4) {
+        const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][Tr::column(l8, j, e4)]);
+        const float khv[4] = {kh.x, kh.y, kh.z, kh.w};
+#pragma unroll
+        for (int i = 0; i < RPT; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            s[i][j * kVec + e4 + e] = fmaf(delta[i], khv[e], s[i][j * kVec + e4 + e]);
+      }
+    if (speculative) {
+      const int64_t slot = sm.write_slot[t];
+      if (slot >= 0) store_rows(slot);
+    }
+  }
+  // One slot per sequence: the state after the last token goes back where it came from, in place (the
+  // bulk copy completed before any thread got past mbarrier_wait, and each thread writes only its rows).
+  if (!speculative) store_rows(read_slot);
+
+  // ---- out: 16-byte pieces of 8 rows, from the staging buffer ----
+  __syncthreads();
+  constexpr int kPieces = Tr::kRows / 8;
+  if (tid < length * kPieces) {
+    const int t = tid / kPieces, piece = tid % kPieces;
+    uint16_t* dst = a.out + batch_row * a.out_s[0] + (begin + t) * a.out_s[1] + hv * a.out_s[2] +
+                    slice * Tr::kRows + piece * 8;
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&sm.out[t][piece * 8]);
+  }
+}
+
+// Launches the kernel for `units` = sequences × heads × Tr::kSlices CTAs (kda_decode_sm90.cu).
+template <typename StateT, int kRowsPerThread>
+cudaError_t launch_kda_decode(const KdaDecodeArgs& args, int64_t units, cudaStream_t stream);
+
+}  // namespace flash_kda::cuda::sm90

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "head_task.h"
+#include "isa_dispatch.h"
 #include "simd.h"
 
 namespace flash_kda::cpu {
@@ -302,37 +303,10 @@ class HeadRunner {
   const int64_t K_, V_, Kp_, Vp_;
 };
 
-using RunHead = void (*)(const FwdParams&, const HeadTask&, ChunkedScratch&);
-
-void run_head_portable(const FwdParams& p, const HeadTask& task, ChunkedScratch& scratch) {
-  HeadRunner<4>(p, task, scratch).run();
-}
-
-#if defined(__x86_64__)
-// The same code compiled for AVX2 + FMA (HeadRunner and Simd are always_inline, so all of it takes
-// this function's target): 8-wide vectors and fused multiply-adds.
-__attribute__((target("avx2,fma"))) void run_head_avx2(const FwdParams& p, const HeadTask& task,
-                                                       ChunkedScratch& scratch) {
-  HeadRunner<8>(p, task, scratch).run();
-}
-#endif
-
-// Picks the widest kernel this CPU runs, once per process, so every call (and every sequence of a
-// call) takes the same arithmetic path. FLASH_KDA_CPU_ISA=portable forces the 4-wide baseline kernel,
-// which is how the tests cover it on AVX2 machines.
-RunHead select_kernel() {
-#if defined(__x86_64__)
-  if (use_avx2_kernels()) return run_head_avx2;
-#endif
-  return run_head_portable;
-}
-
 }  // namespace
 
 Status chunked_fwd(const FwdParams& p, const StateMap& m) {
-  static const RunHead run_head = select_kernel();
-  return for_each_head<ChunkedScratch>(
-      p, m, [&](const HeadTask& task, ChunkedScratch& scratch) { run_head(p, task, scratch); });
+  return IsaDispatch<HeadRunner, ChunkedScratch>::run(p, m);
 }
 
 }  // namespace flash_kda::cpu

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "head_task.h"
+#include "isa_dispatch.h"
 #include "simd.h"
 
 namespace flash_kda::cpu {
@@ -107,32 +108,10 @@ class DecodeRunner {
   const int64_t K_, V_, Kp_;
 };
 
-using RunHead = void (*)(const FwdParams&, const HeadTask&, RecurrentScratch&);
-
-void run_head_portable(const FwdParams& p, const HeadTask& task, RecurrentScratch& scratch) {
-  DecodeRunner<4>(p, task, scratch).run();
-}
-
-#if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) void run_head_avx2(const FwdParams& p, const HeadTask& task,
-                                                       RecurrentScratch& scratch) {
-  DecodeRunner<8>(p, task, scratch).run();
-}
-#endif
-
-RunHead select_kernel() {
-#if defined(__x86_64__)
-  if (use_avx2_kernels()) return run_head_avx2;
-#endif
-  return run_head_portable;
-}
-
 }  // namespace
 
 Status recurrent_fwd(const FwdParams& p, const StateMap& m) {
-  static const RunHead run_head = select_kernel();
-  return for_each_head<RecurrentScratch>(
-      p, m, [&](const HeadTask& task, RecurrentScratch& scratch) { run_head(p, task, scratch); });
+  return IsaDispatch<DecodeRunner, RecurrentScratch>::run(p, m);
 }
 
 }  // namespace flash_kda::cpu

@@ -94,7 +94,6 @@ struct KdaFwdTraits {
     float rq[kChunk];              // scale / ||q_t||
     float rk[kChunk];              // 1 / ||k_t||
     float beta[kChunk];            // sigmoid(beta_t), 0 past the end of the sequence
-    float pad[kChunk];
   };
   struct Smem {
     Stage stage[kStages];

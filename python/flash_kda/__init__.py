@@ -3,12 +3,16 @@
     import flash_kda
     flash_kda.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound,
                   initial_state=None, final_state=None, cu_seqlens=None)
+    flash_kda.decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound,
+                     state, state_indices, num_accepted_tokens=None, cu_seqlens=None)
     o, final_state = flash_kda.chunk_kda(q, k, v, g, beta, A_log=A_log, dt_bias=dt_bias,
                                          lower_bound=-5.0, ...)      # torch tensors
 
 ``fwd`` has FlashKDA's signature: it writes ``out`` (and ``final_state``) in place and returns None.
 It accepts NumPy arrays (bf16 as ``ml_dtypes.bfloat16``) and torch tensors, on the host or on a CUDA
-device; see ``help(flash_kda.fwd)``. ``chunk_kda`` has flash-linear-attention's ``chunk_kda``
+device; see ``help(flash_kda.fwd)``. ``decode`` is the serving decode step (1 to 8 tokens per
+sequence) on a state pool ``[P, HV, V, K]`` updated in place through int32 slot indices
+(``help(flash_kda.decode)``, docs/serving.md). ``chunk_kda`` has flash-linear-attention's ``chunk_kda``
 interface and allocates its outputs (torch only). ``reference`` is the float64 NumPy recurrence used
 to measure errors; ``python -m flash_kda`` runs a benchmark with an error check.
 
@@ -21,6 +25,7 @@ import sys as _sys
 from importlib import import_module as _import_module
 
 from ._C import built_with_cuda, cuda_available
+from ._decode import decode
 from ._fwd import fwd
 from ._reference import reference
 
@@ -32,7 +37,7 @@ except PackageNotFoundError:  # imported from a source tree that was not install
     __version__ = "0+unknown"
 
 # chunk_kda is not listed: `from flash_kda import *` must work without torch.
-__all__ = ["fwd", "reference", "cuda_available", "built_with_cuda", "__version__"]
+__all__ = ["fwd", "decode", "reference", "cuda_available", "built_with_cuda", "__version__"]
 
 
 def __getattr__(name):

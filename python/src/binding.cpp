@@ -1,10 +1,11 @@
 // flash_kda._C: the nanobind layer between Python arrays and the C++ API.
 //
-// It only translates: DLPack arrays (NumPy, PyTorch; host or CUDA) become one FwdParams with element
-// strides read from the arrays, flash_kda::fwd runs with the GIL released, and a Status that is not
-// ok becomes a Python exception. The package (flash_kda/__init__.py) performs the user-facing checks;
-// the checks here are the ones memory safety depends on (ranks, extents, dtypes, devices), so that
-// calling _C directly cannot read or write outside an array either.
+// It only translates: DLPack arrays (NumPy, PyTorch; host or CUDA) become one FwdParams (or
+// DecodeParams) with element strides read from the arrays, flash_kda::fwd (or decode) runs with the
+// GIL released, and a Status that is not ok becomes a Python exception. The package
+// (flash_kda/__init__.py) performs the user-facing checks; the checks here are the ones memory
+// safety depends on (ranks, extents, dtypes, devices), so that calling _C directly cannot read or
+// write outside an array either.
 //
 // Status codes map to exceptions as follows:
 //   kInvalidArgument -> ValueError          kTypeMismatch -> TypeError
@@ -25,6 +26,7 @@
 namespace nb = nanobind;
 using flash_kda::ActStrides;
 using flash_kda::Backend;
+using flash_kda::DecodeParams;
 using flash_kda::DType;
 using flash_kda::FwdParams;
 using flash_kda::Status;
@@ -364,6 +366,103 @@ size_t workspace_size(Input q, Input k, Input v, Input g, Input beta, double sca
   return flash_kda::workspace_size(make_params(arrays, scale, lower_bound, backend, 0, false));
 }
 
+// The decode step on a state pool (flash_kda::decode; docs/serving.md). The activations and
+// cu_seqlens are checked as for fwd; state is the pool [P, HV, V, K] (P = state.shape[0]) and
+// state_indices int32 [N] or [N, S] (S = slots per sequence; the row stride is read from the array).
+void decode(Input q, Input k, Input v, Input g, Input beta, double scale, Output out, Input A_log,
+            Input dt_bias, double lower_bound, Output state, Input state_indices,
+            std::optional<Input> num_accepted_tokens, std::optional<Input> cu_seqlens,
+            const std::string& backend, uintptr_t stream, int cpu_threads, bool strict_dtypes) {
+  const Arrays arrays = collect(q, k, v, g, beta, out, A_log, dt_bias, std::nullopt, std::nullopt, cu_seqlens);
+  const FwdParams f = make_params(arrays, scale, lower_bound, backend, cpu_threads, strict_dtypes);
+  const int64_t N = f.cu_seqlens ? f.num_seqs : f.batch;
+  const int64_t HV = f.heads_v, V = f.head_dim_v, K = f.head_dim_k;
+
+  // ---- the pool ----
+  const DType state_dtype = require_dtype("state", state, strict_dtypes, DType::kF32, DType::kBF16);
+  if (state.ndim() != 4)
+    raise(PyExc_ValueError, cat("state: expected shape [P, HV, V, K] (got ", shape_string(state), ")"));
+  const int64_t P = int64_t(state.shape(0));
+  require_shape("state", state, {P, HV, V, K}, "[P, HV, V, K]");
+  require_contiguous("state", state);
+
+  // ---- slot indices ----
+  require_dtype("state_indices", state_indices, strict_dtypes, DType::kI32);
+  const Input& idx = state_indices;
+  if ((idx.ndim() != 1 && idx.ndim() != 2) || int64_t(idx.shape(0)) != N)
+    raise(PyExc_ValueError, cat("state_indices: expected shape [N] or [N, S] with N=", N, " (got ",
+                                shape_string(idx), ")"));
+  const int64_t S = idx.ndim() == 2 ? int64_t(idx.shape(1)) : 1;
+  if (idx.ndim() == 2 && S > 1 && N > 0 && idx.stride(1) != 1)
+    raise(PyExc_ValueError, cat("state_indices: the last dimension must be contiguous (stride 1, got ",
+                                idx.stride(1), ")"));
+  int64_t row_stride = 0;  // 0: contiguous rows of S
+  if (N > 1 && S > 0) {
+    row_stride = idx.stride(0);
+    if (row_stride < S)
+      raise(PyExc_ValueError, cat("state_indices: row stride (", row_stride, ") must be >= S (", S, ")"));
+  }
+  if (num_accepted_tokens) {
+    require_dtype("num_accepted_tokens", *num_accepted_tokens, strict_dtypes, DType::kI32);
+    require_shape("num_accepted_tokens", *num_accepted_tokens, {N}, "[N]");
+    require_contiguous("num_accepted_tokens", *num_accepted_tokens);
+  }
+
+  // ---- device and backend (over every array) ----
+  DeviceCheck dev;
+  for (auto [name, arr] : {std::pair<const char*, const Input*>{"q", &q}, {"k", &k}, {"v", &v}, {"g", &g},
+                           {"beta", &beta}, {"A_log", &A_log}, {"dt_bias", &dt_bias},
+                           {"state_indices", &state_indices}})
+    dev.add(name, *arr);
+  dev.add("out", out);
+  dev.add("state", state);
+  if (num_accepted_tokens) dev.add("num_accepted_tokens", *num_accepted_tokens);
+  if (cu_seqlens) dev.add("cu_seqlens", *cu_seqlens);
+
+  DecodeParams p;
+  p.batch = f.batch;
+  p.seqlen = f.seqlen;
+  p.heads = f.heads;
+  p.heads_v = f.heads_v;
+  p.head_dim_k = K;
+  p.head_dim_v = V;
+  p.q = f.q;
+  p.k = f.k;
+  p.v = f.v;
+  p.g = f.g;
+  p.beta = f.beta;
+  p.A_log = f.A_log;
+  p.dt_bias = f.dt_bias;
+  p.scale = f.scale;
+  p.lower_bound = f.lower_bound;
+  p.out = f.out;
+  p.q_strides = f.q_strides;
+  p.k_strides = f.k_strides;
+  p.v_strides = f.v_strides;
+  p.g_strides = f.g_strides;
+  p.out_strides = f.out_strides;
+  p.beta_strides = f.beta_strides;
+  p.state = state.data();
+  p.state_dtype = state_dtype;
+  p.pool_size = P;
+  p.state_indices = static_cast<const int32_t*>(idx.data());
+  p.slots_per_seq = S;
+  p.state_indices_stride = row_stride;
+  p.num_accepted_tokens =
+      num_accepted_tokens ? static_cast<const int32_t*>(num_accepted_tokens->data()) : nullptr;
+  p.cu_seqlens = f.cu_seqlens;
+  p.cu_seqlens_dtype = f.cu_seqlens_dtype;
+  p.num_seqs = f.num_seqs;
+  p.backend = choose_backend(backend, dev.place);
+  p.cpu_threads = cpu_threads;
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    s = flash_kda::decode(p, reinterpret_cast<cudaStream_t>(stream));
+  }
+  raise_status(s);
+}
+
 }  // namespace
 
 NB_MODULE(_C, m) {
@@ -389,6 +488,17 @@ NB_MODULE(_C, m) {
         nb::arg("final_state").noconvert().none(), nb::arg("cu_seqlens").noconvert().none(), nb::kw_only(),
         nb::arg("backend") = "auto",
         "Bytes of device scratch memory fwd needs for these arguments (0 when none).");
+
+  m.def("decode", &decode, nb::arg("q").noconvert(), nb::arg("k").noconvert(), nb::arg("v").noconvert(),
+        nb::arg("g").noconvert(), nb::arg("beta").noconvert(), nb::arg("scale"), nb::arg("out").noconvert(),
+        nb::arg("A_log").noconvert(), nb::arg("dt_bias").noconvert(), nb::arg("lower_bound"),
+        nb::arg("state").noconvert(), nb::arg("state_indices").noconvert(),
+        nb::arg("num_accepted_tokens").noconvert().none() = nb::none(),
+        nb::arg("cu_seqlens").noconvert().none() = nb::none(), nb::kw_only(), nb::arg("backend") = "auto",
+        nb::arg("stream") = 0, nb::arg("cpu_threads") = 0, nb::arg("strict_dtypes") = false,
+        "Runs one decode step (1 to 8 tokens per sequence) in place on DLPack arrays: writes out and "
+        "the pool `state` [P, HV, V, K] through int32 state_indices [N] or [N, S] (docs/serving.md). "
+        "backend, stream and strict_dtypes as for fwd.");
 
   m.def("cuda_available", &flash_kda::cuda_available,
         "True when this build has the CUDA kernels and a compute capability 9.0 device is present.");

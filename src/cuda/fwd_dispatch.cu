@@ -20,12 +20,6 @@ bool available() {
 size_t workspace_size(const FwdParams&) { return 0; }
 
 Status fwd(const FwdParams& p, cudaStream_t stream) {
-  // State pools in the prefill (docs/serving.md) run on the CPU backends only so far.
-  if (p.state_indices)
-    return {StatusCode::kUnsupported, "state_indices: the CUDA forward does not support state pools yet"};
-  if (p.has_initial_state)
-    return {StatusCode::kUnsupported, "has_initial_state: the CUDA forward does not support it yet"};
-
   int sm_count = 0;
   Status st = current_sm90_device(&sm_count);
   if (!st.ok()) return st;
@@ -38,6 +32,9 @@ Status fwd(const FwdParams& p, cudaStream_t stream) {
   copy_activations(a, p);
   a.initial_state = p.initial_state;
   a.final_state = p.final_state;
+  a.state_indices = p.state_indices;
+  a.has_initial_state = p.has_initial_state;
+  a.pool_size = p.pool_size;
   a.seqlen = p.seqlen;
   a.num_seqs = static_cast<int>(N);
   a.heads_v = static_cast<int>(HV);

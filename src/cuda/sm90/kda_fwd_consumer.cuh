@@ -40,11 +40,11 @@ struct KdaConsumer {
         nchunks(int((work.len + C - 1) / C)) {}
 
   __device__ int64_t state_offset() const {  // element offset of this warp's first state row
-    return ((int64_t(w.seq) * a.heads_v + w.hv) * D + w.slice * Tr::kVRows + cwarp * 16) * D;
+    return ((w.slot * a.heads_v + w.hv) * D + w.slice * Tr::kVRows + cwarp * 16) * D;
   }
 
   __device__ void load_state(float (&S)[kTiles][4]) const {
-    if (a.initial_state == nullptr) {
+    if (a.initial_state == nullptr || w.zero_init) {
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) S[j][0] = S[j][1] = S[j][2] = S[j][3] = 0.f;
       return;

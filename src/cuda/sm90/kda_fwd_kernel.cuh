@@ -14,6 +14,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) kda_fwd_kernel(const __grid_c
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   auto& sm = *reinterpret_cast<typename Tr::Smem*>(smem_bytes);
   const WorkUnit work = schedule_work(args, sm.scheduled_seq);
+  if (work.skip) return;  // uniform over the CTA, before any barrier
   const int warp = threadIdx.x >> 5;
   if (warp < Tr::kProducerWarps) {
     KdaProducer<Tr>(args, work, sm, warp / 4, threadIdx.x % Tr::kGroupThreads).run();

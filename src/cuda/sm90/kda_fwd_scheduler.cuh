@@ -13,6 +13,9 @@ struct WorkUnit {
   int64_t row;    // batch row of the activations
   int64_t begin;  // first token (within the batch row)
   int64_t len;    // tokens in the sequence (0 for an empty one)
+  int64_t slot;   // state slot: n, or state_indices[n] with a pool
+  bool skip;      // padding sequence (pool slot < 0 or >= pool_size): the CTA does nothing
+  bool zero_init; // start from zeros instead of the slot (has_initial_state[n] == 0)
 };
 
 __device__ __forceinline__ int64_t load_cu_seqlen(const KdaFwdArgs& a, int i) {
@@ -69,6 +72,15 @@ __device__ __forceinline__ WorkUnit schedule_work(const KdaFwdArgs& a, int& scra
     w.begin = 0;
     w.len = a.seqlen;
   }
+  // Pool indexing (docs/serving.md). Slot values cannot be checked on the host without a sync, so
+  // one outside [0, pool_size) makes the sequence padding, like a negative one: nothing is written.
+  w.slot = w.seq;
+  w.skip = false;
+  if (a.state_indices) {
+    w.slot = a.state_indices[w.seq];
+    w.skip = w.slot < 0 || w.slot >= a.pool_size;
+  }
+  w.zero_init = a.has_initial_state != nullptr && a.has_initial_state[w.seq] == 0;
   return w;
 }
 

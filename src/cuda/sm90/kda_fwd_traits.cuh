@@ -27,6 +27,9 @@ struct KdaFwdArgs {
   const void* initial_state;
   void* final_state;
   const void* cu_seqlens;
+  const int32_t* state_indices;      // pool slot of each sequence, or nullptr (slot n)
+  const uint8_t* has_initial_state;  // per sequence: 0 = start from zeros, or nullptr
+  int64_t pool_size;                 // slots in the pools (with state_indices)
   int64_t q_s[3], k_s[3], v_s[3], g_s[3], out_s[3], beta_s[3];  // batch, token, head
   int64_t seqlen;      // T (per batch row; the packed length with cu_seqlens)
   int num_seqs;        // N

@@ -16,13 +16,17 @@ Routes:
   chunk_kda        flash_kda.chunk_kda(...): allocates out and final_state
   op_fwd           torch.ops.flash_kda.fwd(...): the custom operator through torch's dispatcher
   op_chunk_kda     torch.ops.flash_kda.chunk_kda(...)
+  decode           flash_kda.decode(...): one token for each of 4 sequences on a pool of 8 fp32
+                   slots (the per-step call of a serving engine)
+  op_decode        torch.ops.flash_kda.decode(...)
   checked          flash_kda._fwd._fwd_checked: every check in Python first (the route all calls
                    took before the direct route existed; still taken by NumPy arrays)
   torch_add        x.add_(1) on a 16-element tensor: torch's own per-op cost, for scale
 
 --dry (CPU only): the compiled call is replaced by flash_kda._C.workspace_size, which converts and
 checks the arguments like _C.fwd but runs nothing, so the figures are the Python and binding layers
-without the CPU backend's compute (which, with its per-call threads, dwarfs them).
+without the CPU backend's compute (which, with its per-call threads, dwarfs them). The decode
+routes are not stubbed: on the CPU they include the decode's compute.
 """
 
 import argparse
@@ -55,6 +59,11 @@ def make(device):
     x["cu_cpu"] = x["cu"].cpu()
     x["h0_2"] = torch.randn(2, H, K, K, generator=gen).to(device)
     x["ht_2"] = torch.empty_like(x["h0_2"])
+    # decode: N=4 sequences of one token, a pool of 8 slots
+    x["dec"] = dict(q=rnd(4, 1, H, K), k=rnd(4, 1, H, K), v=rnd(4, 1, H, K), g=rnd(4, 1, H, K),
+                    beta=rnd(4, 1, H), pool=torch.randn(8, H, K, K, generator=gen).to(device),
+                    idx=torch.tensor([5, 0, 7, 2], dtype=torch.int32, device=device))
+    x["dec"]["out"] = torch.empty_like(x["dec"]["v"])
     return x
 
 
@@ -64,6 +73,8 @@ def routes(x):
     scale, lb = K ** -0.5, -5.0
     ops = torch.ops.flash_kda
     small = torch.zeros(16, device=q.device)
+    d = x["dec"]
+    dec_args = (d["q"], d["k"], d["v"], d["g"], d["beta"], scale, d["out"], A, dt, lb, d["pool"], d["idx"])
     return {
         "fwd": lambda: flash_kda.fwd(q, k, v, g, beta, scale, out, A, dt, lb, h0, ht),
         "fwd_varlen": lambda: flash_kda.fwd(q, k, v, g, beta, scale, out, A, dt, lb, h02, ht2, cu,
@@ -73,6 +84,8 @@ def routes(x):
                                                  A_log=A, dt_bias=dt),
         "op_fwd": lambda: ops.fwd(q, k, v, g, beta, scale, out, A, dt, lb, h0, ht),
         "op_chunk_kda": lambda: ops.chunk_kda(q, k, v, g, beta, scale, A, dt, lb, h0, None, None, True),
+        "decode": lambda: flash_kda.decode(*dec_args),
+        "op_decode": lambda: ops.decode(*dec_args),
         "checked": lambda: _fwd._fwd_checked(q, k, v, g, beta, scale, out, A, dt, lb, h0, ht, None,
                                              None, None),
         "torch_add": lambda: small.add_(1),

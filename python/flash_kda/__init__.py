@@ -2,9 +2,10 @@
 
     import flash_kda
     flash_kda.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound,
-                  initial_state=None, final_state=None, cu_seqlens=None)
+                  initial_state=None, final_state=None, cu_seqlens=None,
+                  *, state_indices=None, has_initial_state=None)   # prefill, optionally on a pool
     flash_kda.decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound,
-                     state, state_indices, num_accepted_tokens=None, cu_seqlens=None)
+                     state, state_indices, *, num_accepted_tokens=None, cu_seqlens=None)
     o, final_state = flash_kda.chunk_kda(q, k, v, g, beta, A_log=A_log, dt_bias=dt_bias,
                                          lower_bound=-5.0, ...)      # torch tensors
 
@@ -17,8 +18,8 @@ interface and allocates its outputs (torch only). ``reference`` is the float64 N
 to measure errors; ``python -m flash_kda`` runs a benchmark with an error check.
 
 This package imports torch only when asked to: ``flash_kda.torch_ops`` (the custom operators
-``torch.ops.flash_kda.fwd`` / ``torch.ops.flash_kda.chunk_kda`` and ``chunk_kda``) is loaded at
-import when torch is already imported, else on first use (docs/torch.md).
+``torch.ops.flash_kda.fwd`` / ``.decode`` / ``.chunk_kda`` and ``chunk_kda``) is loaded at import
+when torch is already imported, else on first use (docs/torch.md).
 """
 
 import sys as _sys

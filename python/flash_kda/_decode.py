@@ -1,15 +1,41 @@
 """decode: the decode step of a serving engine on a state pool (docs/serving.md).
 
 Argument checks as for fwd (same vocabulary, same messages for the shared arguments), then one call
-into flash_kda._C.decode. NumPy arrays and torch tensors both take this checked route.
+into flash_kda._C.decode. NumPy arrays and torch tensors both take this checked route in eager mode;
+under torch.compile, FakeTensor or other torch dispatch modes a call on torch tensors becomes the
+custom operator torch.ops.flash_kda.decode (flash_kda.torch_ops), whose fake implementation runs the
+same data-free checks.
 """
 
 from __future__ import annotations
+
+import sys
+
+import numpy as np
 
 from . import _C
 from ._fwd import _Array, _check_cu_seqlens_contents, _expect_dtype, _torch, _validate
 
 MAX_DECODE_TOKENS = 8  # flash_kda::kMaxDecodeTokens
+
+
+def _first_torch_call(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
+                      num_accepted_tokens, cu_seqlens, backend):
+    """The route of a call whose q is not a NumPy array until flash_kda.torch_ops is loaded: loads
+    it (registering the custom operators; it then replaces _TORCH_DECODE by its decode_torch) when
+    torch is imported, else takes the checked route (no argument can be a torch tensor)."""
+    args = (q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
+            num_accepted_tokens, cu_seqlens, backend)
+    if sys.modules.get("torch") is None:
+        return _decode_checked(*args)
+    from . import torch_ops  # a plain import statement, which torch.compile can trace
+
+    return torch_ops.decode_torch(*args)
+
+
+# The route of torch tensors (and anything else that is not a NumPy array): _first_torch_call, then
+# flash_kda.torch_ops.decode_torch. Always a function (torch.compile guards on it).
+_TORCH_DECODE = _first_torch_call
 
 
 def decode(
@@ -57,11 +83,31 @@ def decode(
     the kernel treats an out-of-range read slot as padding and skips an out-of-range write slot, and
     a slot shared by two active sequences gives an undefined result (docs/serving.md). CUDA
     ``cu_seqlens`` are checked as in fwd (copied to the host unless a CUDA graph is being captured).
+
+    torch tensors run on the device they live on (CUDA: asynchronously on
+    ``torch.cuda.current_stream()``); under torch.compile (no graph break), FakeTensor or another
+    torch dispatch mode the call is the custom operator ``torch.ops.flash_kda.decode``, which
+    mutates ``out`` and ``state`` (docs/torch.md).
     """
+    if type(q) is not np.ndarray:  # a torch tensor (or a mistake): decode_torch, or the checked route
+        return _TORCH_DECODE(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state,
+                             state_indices, num_accepted_tokens, cu_seqlens, backend)
+    _decode_checked(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
+                    num_accepted_tokens, cu_seqlens, backend)
+    return None
+
+
+def _validate_decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
+                     num_accepted_tokens, cu_seqlens, backend, *, meta_ok=False):
+    """Every check of decode that needs no data (dtypes, shapes, strides, devices, scalars); raises
+    TypeError/ValueError naming the argument. Works on FakeTensors (the fake implementation of
+    torch.ops.flash_kda.decode; meta_ok as for _fwd._validate). Returns the checked fwd arguments
+    (as _fwd._validate), the pool, the indices and num_accepted_tokens (_Array or None), whether
+    they are on CUDA, and B*T."""
     args, _, on_cuda, total = _validate(
         q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, None, None, cu_seqlens, backend,
-        None)
-    q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, _, _, cu = args
+        None, meta_ok=meta_ok)
+    q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, _, _, cu, _, _ = args
     B, T, H, K = q.shape
     HV, V = v.shape[2:]
     N = B if cu is None else cu.shape[0] - 1
@@ -116,7 +162,17 @@ def decode(
     for a in (st, idx, acc):
         if a is not None and a.device != q.device:
             raise ValueError(f"{a.name}: on device {a.device}, but q is on {q.device}")
+    return args, st, idx, acc, on_cuda, total
 
+
+def _decode_checked(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
+                    num_accepted_tokens, cu_seqlens, backend):
+    """decode with every check in Python first (NumPy arrays and torch tensors in eager mode; the
+    implementation of the operator torch.ops.flash_kda.decode)."""
+    args, st, idx, acc, on_cuda, total = _validate_decode(
+        q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
+        num_accepted_tokens, cu_seqlens, backend)
+    q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, _, _, cu, _, _ = args
     strict = any(a.is_torch for a in (q, st, idx))
     opt = lambda a: None if a is None else a.export()  # noqa: E731
     exports = lambda: (q.export(), k.export(), v.export(), g.export(), beta.export(), scale,  # noqa: E731

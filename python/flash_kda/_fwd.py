@@ -33,12 +33,12 @@ _BACKENDS = (None, "cuda", "cpu", "reference")
 
 
 def _first_torch_call(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state,
-                      final_state, cu_seqlens, backend, cu_seqlens_cpu):
+                      final_state, cu_seqlens, backend, cu_seqlens_cpu, state_indices, has_initial_state):
     """The route of a call whose q is not a NumPy array until flash_kda.torch_ops is loaded: loads
     it (registering the custom operators; it then replaces _TORCH_FWD by its fwd_torch) when torch
     is imported, else takes the checked route (no argument can be a torch tensor)."""
     args = (q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
-            cu_seqlens, backend, cu_seqlens_cpu)
+            cu_seqlens, backend, cu_seqlens_cpu, state_indices, has_initial_state)
     if sys.modules.get("torch") is None:
         return _fwd_checked(*args)
     from . import torch_ops  # a plain import statement, which torch.compile can trace
@@ -181,6 +181,8 @@ def fwd(
     *,
     backend=None,
     cu_seqlens_cpu=None,
+    state_indices=None,
+    has_initial_state=None,
 ):
     """Kimi Delta Attention forward, FlashKDA's signature: writes ``out`` (and ``final_state``) in
     place and returns None.
@@ -201,6 +203,28 @@ def fwd(
 
     q, k, v, g, beta and out may be strided views (e.g. slices of a packed qkv buffer) as long as
     their last dimension is contiguous.
+
+    State pools (keyword-only, docs/serving.md): the prefill of a serving engine reads and writes
+    the states of its requests in place, in a pool of P slots (P need not be N):
+
+    =================  ================  ================================================
+    state_indices      int32/None        [N], contiguous: sequence n uses slot
+                                         ``state_indices[n]``; ``initial_state`` and
+                                         ``final_state`` are then pools [P, HV, V, K] of
+                                         the same P (usually the same tensor)
+    has_initial_state  bool/uint8/None   [N], contiguous; needs ``initial_state``: a zero
+                                         entry starts sequence n from zeros instead of its
+                                         slot (a new request); its final state is still
+                                         written
+    =================  ================  ================================================
+
+    A negative slot marks a padding sequence: no state of it is read or written, nor its rows of
+    ``out``. Active sequences must use distinct slots. On the host the slots are checked (in
+    [0, P), distinct) before anything is written (ValueError naming ``state_indices``); on CUDA
+    they are not read on the host (no synchronisation, CUDA-graph capturable): a slot >= P is
+    treated as padding and a slot shared by two sequences gives an undefined result.
+    ``has_initial_state`` also works without ``state_indices`` (it then chooses between
+    ``initial_state[n]`` and zeros).
 
     ``backend`` (keyword-only): None runs where the tensors live (CUDA tensors on the CUDA kernels,
     asynchronously on ``torch.cuda.current_stream()``; host arrays on the multi-threaded fp32 CPU
@@ -223,18 +247,21 @@ def fwd(
     """
     if type(q) is not np.ndarray:  # a torch tensor (or a mistake): fwd_torch, or the checked route
         return _TORCH_FWD(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state,
-                          final_state, cu_seqlens, backend, cu_seqlens_cpu)
+                          final_state, cu_seqlens, backend, cu_seqlens_cpu, state_indices,
+                          has_initial_state)
     _fwd_checked(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
-                 cu_seqlens, backend, cu_seqlens_cpu)
+                 cu_seqlens, backend, cu_seqlens_cpu, state_indices, has_initial_state)
     return None
 
 
 def _validate(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
-              cu_seqlens, backend, cu_seqlens_cpu, *, meta_ok=False):
+              cu_seqlens, backend, cu_seqlens_cpu, *, state_indices=None, has_initial_state=None,
+              meta_ok=False):
     """Every check of fwd that needs no data (dtypes, shapes, strides, devices, scalars); raises
     TypeError/ValueError naming the argument. Works on FakeTensors too: the custom operators' fake
     implementations use it, with meta_ok (tensors on the meta device pass, for shape inference).
-    Returns the checked arguments, the host cu_seqlens copy, whether they are on CUDA, and B*T."""
+    Returns the checked arguments (the 13 positional ones of fwd, then state_indices and
+    has_initial_state), the host cu_seqlens copy, whether they are on CUDA, and B*T."""
     if backend not in _BACKENDS:
         raise ValueError(f"backend: expected one of None, 'cuda', 'cpu', 'reference' (got {backend!r})")
 
@@ -247,9 +274,12 @@ def _validate(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial
     final = None if final_state is None else _Array("final_state", final_state)
     cu = None if cu_seqlens is None else _Array("cu_seqlens", cu_seqlens)
     cu_host = None if cu_seqlens_cpu is None else _Array("cu_seqlens_cpu", cu_seqlens_cpu)
+    idx = None if state_indices is None else _Array("state_indices", state_indices)
+    has = None if has_initial_state is None else _Array("has_initial_state", has_initial_state)
     scale = _scalar("scale", scale)
     lower_bound = _scalar("lower_bound", lower_bound)
-    arrays = [a for a in (q, k, v, g, beta, out, A_log, dt_bias, init, final, cu) if a is not None]
+    arrays = [a for a in (q, k, v, g, beta, out, A_log, dt_bias, init, final, cu, idx, has)
+              if a is not None]
 
     # ---- dtypes ----
     for a in (q, k, v, g, beta, out):
@@ -267,6 +297,10 @@ def _validate(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial
         _expect_dtype(cu, "int64", "int32")
     if cu_host is not None:
         _expect_dtype(cu_host, "int64", "int32")
+    if idx is not None:
+        _expect_dtype(idx, "int32")
+    if has is not None:
+        _expect_dtype(has, "bool", "uint8")
 
     # ---- shapes ----
     if q.ndim != 4:
@@ -300,9 +334,25 @@ def _validate(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial
         _expect_shape(cu_host, cu.shape, "[N + 1] like cu_seqlens")
         if cu_host.device != "cpu":
             raise ValueError(f"cu_seqlens_cpu: must be in host memory (got device {cu_host.device})")
-    for a in (init, final):
-        if a is not None:
-            _expect_shape(a, (N, HV, V, K), "[N, HV, V, K]")
+    if idx is not None:
+        if init is None and final is None:
+            raise ValueError("state_indices: needs initial_state or final_state (the pool)")
+        _expect_shape(idx, (N,), "[N]")
+    if has is not None:
+        if init is None:
+            raise ValueError("has_initial_state: needs initial_state")
+        _expect_shape(has, (N,), "[N]")
+    if idx is None:
+        for a in (init, final):
+            if a is not None:
+                _expect_shape(a, (N, HV, V, K), "[N, HV, V, K]")
+    else:  # pools [P, HV, V, K], P read from the first one given
+        pool = init if init is not None else final
+        if pool.ndim != 4 or pool.shape[1:] != (HV, V, K):
+            raise ValueError(f"{pool.name}: expected shape [P, HV, V, K] = [P, {HV}, {V}, {K}] "
+                             f"(got {list(pool.shape)})")
+        if init is not None and final is not None:
+            _expect_shape(final, init.shape, "[P, HV, V, K] with P of initial_state")
 
     # ---- strides ----
     for a in arrays:
@@ -313,7 +363,7 @@ def _validate(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial
             raise ValueError(
                 f"{a.name}: the last dimension must be contiguous (stride 1, got {a.strides[-1]})"
             )
-    for a in (A_log, dt_bias, init, final, cu):
+    for a in (A_log, dt_bias, init, final, cu, idx, has):
         if a is not None and not a.is_contiguous():
             raise ValueError(f"{a.name}: must be contiguous (got strides {a.strides})")
     for a in (out, final):
@@ -339,42 +389,46 @@ def _validate(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial
     if backend == "cuda" and not on_cuda:
         raise ValueError("backend: 'cuda' needs CUDA tensors (got host arrays)")
 
-    return (q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, init, final, cu), cu_host, \
-        on_cuda, B * T
+    return (q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, init, final, cu, idx, has), \
+        cu_host, on_cuda, B * T
 
 
 def _fwd_checked(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
-                 cu_seqlens, backend, cu_seqlens_cpu):
+                 cu_seqlens, backend, cu_seqlens_cpu, state_indices=None, has_initial_state=None):
     """fwd with every check in Python first: NumPy arrays, mixed arguments, and the torch calls the
     compiled layer rejected (so that their message is this module's)."""
     args, cu_host, on_cuda, total = _validate(
         q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
-        cu_seqlens, backend, cu_seqlens_cpu)
+        cu_seqlens, backend, cu_seqlens_cpu, state_indices=state_indices,
+        has_initial_state=has_initial_state)
     if not on_cuda:
-        # Host cu_seqlens contents are checked by the C++ API before anything is written.
+        # Host cu_seqlens and slot contents are checked by the C++ API before anything is written.
         _C.fwd(*_exports(*args), backend=backend or "cpu")
         return
-    _fwd_cuda(*args, cu_host, total)
+    _fwd_cuda(args, cu_host, total)
 
 
-def _exports(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, init, final, cu):
+def _exports(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, init, final, cu, idx=None,
+             has=None):
     """The positional arguments of _C.fwd / _C.workspace_size (each call needs fresh exports)."""
     opt = lambda a: None if a is None else a.export()  # noqa: E731
     return (q.export(), k.export(), v.export(), g.export(), beta.export(), scale, out.export(),
-            A_log.export(), dt_bias.export(), lower_bound, opt(init), opt(final), opt(cu))
+            A_log.export(), dt_bias.export(), lower_bound, opt(init), opt(final), opt(cu), opt(idx),
+            opt(has))
 
 
-def _fwd_cuda(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, init, final, cu, cu_host,
-              total):
+def _fwd_cuda(args, cu_host, total):
+    """The checked route's CUDA call: `args` as returned by _validate."""
     torch = _torch()
+    q, cu = args[0], args[12]
     device = q.obj.device
     # A build without the CUDA backend, or a GPU other than sm_90, is reported by the C++ API
-    # (kUnsupported -> NotImplementedError) before anything is written.
+    # (kUnsupported -> NotImplementedError) before anything is written. Slot indices stay on the
+    # device: the kernel treats a slot outside [0, P) as padding.
     if cu_host is not None:
         _check_cu_seqlens_contents(_host_values(cu_host), total)
     elif cu is not None and not torch.cuda.is_current_stream_capturing():
         _check_cu_seqlens_contents(cu.obj.detach().cpu().numpy(), total)
-    args = (q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, init, final, cu)
     with torch.cuda.device(device):
         stream = torch.cuda.current_stream(device).cuda_stream
         nbytes = _C.workspace_size(*_exports(*args), backend="cuda")

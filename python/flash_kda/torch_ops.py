@@ -1,10 +1,16 @@
 """flash-kda for PyTorch: custom operators, the eager route of ``flash_kda.fwd`` and ``chunk_kda``.
 
-Importing this module imports torch and registers two operators (docs/torch.md):
+Importing this module imports torch and registers three operators (docs/torch.md):
 
 ``torch.ops.flash_kda.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound,
-initial_state=None, final_state=None, cu_seqlens=None, cu_seqlens_cpu=None, backend=None) -> ()``
-    ``flash_kda.fwd`` as an operator: mutates ``out`` and ``final_state``.
+initial_state=None, final_state=None, cu_seqlens=None, cu_seqlens_cpu=None, backend=None,
+state_indices=None, has_initial_state=None) -> ()``
+    ``flash_kda.fwd`` as an operator: mutates ``out`` and ``final_state`` (a state pool with
+    ``state_indices``).
+
+``torch.ops.flash_kda.decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state,
+state_indices, num_accepted_tokens=None, cu_seqlens=None, backend=None) -> ()``
+    ``flash_kda.decode`` as an operator: mutates ``out`` and the pool ``state``.
 
 ``torch.ops.flash_kda.chunk_kda(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound,
 initial_state, cu_seqlens, cu_seqlens_cpu, output_final_state) -> (out, final_state)``
@@ -12,26 +18,29 @@ initial_state, cu_seqlens, cu_seqlens_cpu, output_final_state) -> (out, final_st
     [N, HV, V, K] (the dtype of ``initial_state``, fp32 without one); ``final_state`` has shape [0]
     when ``output_final_state`` is False.
 
-Both have fake (meta) implementations that run every data-independent check, so functions calling
+All have fake (meta) implementations that run every data-independent check, so functions calling
 them trace under ``torch.compile(fullgraph=True)`` and ``torch.export``. ``flash_kda`` loads this
 module by itself: at ``import flash_kda`` when torch is already imported, else on the first
-``flash_kda.fwd`` call that gets a torch tensor or the first use of ``flash_kda.chunk_kda``.
+``flash_kda.fwd`` or ``flash_kda.decode`` call that gets a torch tensor or the first use of
+``flash_kda.chunk_kda``.
 ``import flash_kda.torch_ops`` registers the operators explicitly.
 
 Eager calls with plain tensors skip the operator dispatcher and the Python checks: the arguments
 go to the compiled layer as DLPack capsules, which checks every dtype, shape, stride, device and
 value before anything is written; only a call it rejects is checked again in Python
-(flash_kda._fwd) to produce that module's error message. Under torch.compile, FakeTensor or any
-torch dispatch mode, ``flash_kda.fwd`` and ``chunk_kda`` call the operators instead.
+(flash_kda._fwd or flash_kda._decode) to produce that module's error message. CUDA cu_seqlens of
+a decode call outside graph capture take the checked route (their contents are read there). Under
+torch.compile, FakeTensor or any torch dispatch mode, ``flash_kda.fwd``, ``flash_kda.decode`` and
+``chunk_kda`` call the operators instead.
 """
 
 from typing import Optional, Tuple
 
 import torch
 
-from . import _C, _fwd
+from . import _C, _decode, _fwd
 
-__all__ = ["chunk_kda", "fwd_torch"]
+__all__ = ["chunk_kda", "fwd_torch", "decode_torch"]
 
 _Tensor = torch.Tensor
 _to_dlpack = getattr(torch._C, "_to_dlpack", None) or torch.utils.dlpack.to_dlpack
@@ -90,7 +99,7 @@ def _cu_contents_ok(cu_seqlens, cu_seqlens_cpu, total):
 
 
 def _direct(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
-            cu_seqlens, cu_seqlens_cpu):
+            cu_seqlens, cu_seqlens_cpu, state_indices=None, has_initial_state=None):
     """flash_kda.fwd on plain torch tensors without Python checks. Returns False, having written
     nothing, when the checked route must take the call: an argument that is not a tensor or not a
     plain number, CUDA cu_seqlens with bad contents, or a call the compiled layer rejects."""
@@ -101,7 +110,9 @@ def _direct(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_s
         args = (td(q), td(k), td(v), td(g), td(beta), float(scale), td(out), td(A_log), td(dt_bias),
                 float(lower_bound), None if initial_state is None else td(initial_state),
                 None if final_state is None else td(final_state),
-                None if cu_seqlens is None else td(cu_seqlens))
+                None if cu_seqlens is None else td(cu_seqlens),
+                None if state_indices is None else td(state_indices),
+                None if has_initial_state is None else td(has_initial_state))
     except Exception:  # not a tensor, or one DLPack cannot describe: the checked route says why
         return False
     try:
@@ -130,30 +141,84 @@ def _launch_cuda(args, device, q, cu_seqlens, cu_seqlens_cpu):
 
 
 def _eager(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
-           cu_seqlens, backend, cu_seqlens_cpu):
-    """The operators' implementation and chunk_kda's eager call: direct, else checked."""
+           cu_seqlens, backend, cu_seqlens_cpu, state_indices=None, has_initial_state=None):
+    """The fwd operator's implementation and chunk_kda's eager call: direct, else checked."""
     if backend is None and _direct(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound,
-                                   initial_state, final_state, cu_seqlens, cu_seqlens_cpu):
+                                   initial_state, final_state, cu_seqlens, cu_seqlens_cpu,
+                                   state_indices, has_initial_state):
         return
     _fwd._fwd_checked(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state,
-                      final_state, cu_seqlens, backend, cu_seqlens_cpu)
+                      final_state, cu_seqlens, backend, cu_seqlens_cpu, state_indices,
+                      has_initial_state)
 
 
 def fwd_torch(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
-              cu_seqlens, backend, cu_seqlens_cpu):
+              cu_seqlens, backend, cu_seqlens_cpu, state_indices=None, has_initial_state=None):
     """flash_kda.fwd when torch is imported and q is not a NumPy array: the operator while traced,
     else the direct route, else (not plain tensors, or rejected) the checked route."""
     if _is_compiling() or _dispatch_depth():
         if isinstance(q, _Tensor):
             _fwd_op(q, k, v, g, beta, _fwd._scalar("scale", scale), out, A_log, dt_bias,
                     _fwd._scalar("lower_bound", lower_bound), initial_state, final_state, cu_seqlens,
-                    cu_seqlens_cpu, backend)
+                    cu_seqlens_cpu, backend, state_indices, has_initial_state)
             return None
     elif backend is None and _direct(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound,
-                                     initial_state, final_state, cu_seqlens, cu_seqlens_cpu):
+                                     initial_state, final_state, cu_seqlens, cu_seqlens_cpu,
+                                     state_indices, has_initial_state):
         return None
     _fwd._fwd_checked(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state,
-                      final_state, cu_seqlens, backend, cu_seqlens_cpu)
+                      final_state, cu_seqlens, backend, cu_seqlens_cpu, state_indices,
+                      has_initial_state)
+    return None
+
+
+def _direct_decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
+                   num_accepted_tokens, cu_seqlens):
+    """flash_kda.decode on plain torch tensors without Python checks (the per-step path of a serving
+    engine): the compiled layer checks every dtype, shape, stride and device before anything is
+    written. Returns False, having written nothing, when the checked route must take the call: an
+    argument that is not a tensor or not a plain number, CUDA cu_seqlens outside graph capture (their
+    contents are checked on the host there), or a call the compiled layer rejects."""
+    if not (isinstance(scale, _SCALAR_TYPES) and isinstance(lower_bound, _SCALAR_TYPES)):
+        return False
+    td = _to_dlpack
+    try:
+        args = (td(q), td(k), td(v), td(g), td(beta), float(scale), td(out), td(A_log), td(dt_bias),
+                float(lower_bound), td(state), td(state_indices),
+                None if num_accepted_tokens is None else td(num_accepted_tokens),
+                None if cu_seqlens is None else td(cu_seqlens))
+    except Exception:  # not a tensor, or one DLPack cannot describe: the checked route says why
+        return False
+    try:
+        if not q.is_cuda:
+            _C.decode(*args, backend="auto", strict_dtypes=True)
+            return True
+        device = q.get_device()
+        if _current_device() != device:
+            return False
+        if cu_seqlens is not None and not _is_capturing():
+            return False
+        _C.decode(*args, backend="auto", stream=_raw_stream(device), strict_dtypes=True)
+        return True
+    except (TypeError, ValueError):  # rejected before anything was written
+        return False
+
+
+def decode_torch(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
+                 num_accepted_tokens, cu_seqlens, backend):
+    """flash_kda.decode when torch is imported and q is not a NumPy array: the operator while
+    traced, else the direct route, else (not plain tensors, or rejected) the checked route."""
+    if _is_compiling() or _dispatch_depth():
+        if isinstance(q, _Tensor):
+            _decode_op(q, k, v, g, beta, _fwd._scalar("scale", scale), out, A_log, dt_bias,
+                       _fwd._scalar("lower_bound", lower_bound), state, state_indices,
+                       num_accepted_tokens, cu_seqlens, backend)
+            return None
+    elif backend is None and _direct_decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound,
+                                            state, state_indices, num_accepted_tokens, cu_seqlens):
+        return None
+    _decode._decode_checked(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state,
+                            state_indices, num_accepted_tokens, cu_seqlens, backend)
     return None
 
 
@@ -176,16 +241,52 @@ def _fwd_op(
     cu_seqlens: Optional[torch.Tensor] = None,
     cu_seqlens_cpu: Optional[torch.Tensor] = None,
     backend: Optional[str] = None,
+    state_indices: Optional[torch.Tensor] = None,
+    has_initial_state: Optional[torch.Tensor] = None,
 ) -> None:
     _eager(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
-           cu_seqlens, backend, cu_seqlens_cpu)
+           cu_seqlens, backend, cu_seqlens_cpu, state_indices, has_initial_state)
 
 
 @_fwd_op.register_fake
 def _fwd_fake(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state=None,
-              final_state=None, cu_seqlens=None, cu_seqlens_cpu=None, backend=None):
+              final_state=None, cu_seqlens=None, cu_seqlens_cpu=None, backend=None, state_indices=None,
+              has_initial_state=None):
     _fwd._validate(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state,
-                   final_state, cu_seqlens, backend, cu_seqlens_cpu, meta_ok=True)
+                   final_state, cu_seqlens, backend, cu_seqlens_cpu, state_indices=state_indices,
+                   has_initial_state=has_initial_state, meta_ok=True)
+
+
+@torch.library.custom_op("flash_kda::decode", mutates_args=("out", "state"))
+def _decode_op(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float,
+    out: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    lower_bound: float,
+    state: torch.Tensor,
+    state_indices: torch.Tensor,
+    num_accepted_tokens: Optional[torch.Tensor] = None,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    backend: Optional[str] = None,
+) -> None:
+    if backend is None and _direct_decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound,
+                                          state, state_indices, num_accepted_tokens, cu_seqlens):
+        return
+    _decode._decode_checked(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state,
+                            state_indices, num_accepted_tokens, cu_seqlens, backend)
+
+
+@_decode_op.register_fake
+def _decode_fake(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
+                 num_accepted_tokens=None, cu_seqlens=None, backend=None):
+    _decode._validate_decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state,
+                             state_indices, num_accepted_tokens, cu_seqlens, backend, meta_ok=True)
 
 
 def _allocate(q, v, initial_state, cu_seqlens, output_final_state):
@@ -404,3 +505,4 @@ def _check_no_grad(*tensors):
 
 
 _fwd._TORCH_FWD = fwd_torch
+_decode._TORCH_DECODE = decode_torch

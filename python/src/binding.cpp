@@ -103,6 +103,15 @@ DType require_dtype(const char* name, const Array& a, bool strict, DType want1, 
   return got;
 }
 
+// bool or uint8 flags (one byte each); FwdParams::has_initial_state reads them as uint8, 0 = false.
+template <typename Array>
+void require_flag_dtype(const char* name, const Array& a) {
+  using Code = nb::dlpack::dtype_code;
+  const auto d = a.dtype();
+  if (d.lanes != 1 || d.bits != 8 || (Code(d.code) != Code::Bool && Code(d.code) != Code::UInt))
+    raise(PyExc_TypeError, cat(name, ": dtype must be bool or uint8 (got ", describe_dtype(d), ")"));
+}
+
 // ---- shapes and strides ------------------------------------------------------------------------
 
 template <typename Array>
@@ -219,6 +228,8 @@ struct Arrays {
   std::optional<Input> initial_state;
   std::optional<Output> final_state;
   std::optional<Input> cu_seqlens;
+  std::optional<Input> state_indices;      // int32 [N]: the states are pools [P, HV, V, K]
+  std::optional<Input> has_initial_state;  // bool / uint8 [N]
 };
 
 FwdParams make_params(const Arrays& a, double scale, double lower_bound, const std::string& backend,
@@ -286,11 +297,22 @@ FwdParams make_params(const Arrays& a, double scale, double lower_bound, const s
     p.num_seqs = N;
   }
 
-  // ---- states ----
+  // ---- states: one per sequence, or pools of P slots addressed through state_indices ----
+  int64_t slots = N;
+  const char* initial_shape = "[N, HV, V, K]";
+  const char* final_shape = "[N, HV, V, K]";
+  if (a.state_indices) {
+    if (!a.initial_state && !a.final_state)
+      raise(PyExc_ValueError, "state_indices: needs initial_state or final_state (the pool)");
+    auto leading = [](const auto& arr) { return arr.ndim() == 4 ? int64_t(arr.shape(0)) : int64_t(-1); };
+    slots = a.initial_state ? leading(*a.initial_state) : leading(*a.final_state);
+    initial_shape = "[P, HV, V, K]";
+    final_shape = a.initial_state ? "[P, HV, V, K] with P of initial_state" : "[P, HV, V, K]";
+  }
   DType state_dtype = DType::kNone;
   if (a.initial_state) {
     state_dtype = require_dtype("initial_state", *a.initial_state, strict, DType::kF32, DType::kBF16);
-    require_shape("initial_state", *a.initial_state, {N, HV, V, K}, "[N, HV, V, K]");
+    require_shape("initial_state", *a.initial_state, {slots, HV, V, K}, initial_shape);
     require_contiguous("initial_state", *a.initial_state);
     p.initial_state = a.initial_state->data();
   }
@@ -300,9 +322,23 @@ FwdParams make_params(const Arrays& a, double scale, double lower_bound, const s
       raise(PyExc_TypeError, cat("final_state: dtype must match initial_state (", flash_kda::dtype_name(state_dtype),
                                  ", got ", flash_kda::dtype_name(d), ")"));
     state_dtype = d;
-    require_shape("final_state", *a.final_state, {N, HV, V, K}, "[N, HV, V, K]");
+    require_shape("final_state", *a.final_state, {slots, HV, V, K}, final_shape);
     require_contiguous("final_state", *a.final_state);
     p.final_state = a.final_state->data();
+  }
+  if (a.state_indices) {
+    require_dtype("state_indices", *a.state_indices, strict, DType::kI32);
+    require_shape("state_indices", *a.state_indices, {N}, "[N]");
+    require_contiguous("state_indices", *a.state_indices);
+    p.state_indices = static_cast<const int32_t*>(a.state_indices->data());
+    p.pool_size = slots;
+  }
+  if (a.has_initial_state) {
+    require_flag_dtype("has_initial_state", *a.has_initial_state);
+    require_shape("has_initial_state", *a.has_initial_state, {N}, "[N]");
+    require_contiguous("has_initial_state", *a.has_initial_state);
+    if (!a.initial_state) raise(PyExc_ValueError, "has_initial_state: needs initial_state");
+    p.has_initial_state = static_cast<const uint8_t*>(a.has_initial_state->data());
   }
   p.state_dtype = state_dtype;
 
@@ -315,6 +351,8 @@ FwdParams make_params(const Arrays& a, double scale, double lower_bound, const s
   if (a.initial_state) dev.add("initial_state", *a.initial_state);
   if (a.final_state) dev.add("final_state", *a.final_state);
   if (a.cu_seqlens) dev.add("cu_seqlens", *a.cu_seqlens);
+  if (a.state_indices) dev.add("state_indices", *a.state_indices);
+  if (a.has_initial_state) dev.add("has_initial_state", *a.has_initial_state);
   p.backend = choose_backend(backend, dev.place);
   p.cpu_threads = cpu_threads;
   return p;
@@ -322,8 +360,10 @@ FwdParams make_params(const Arrays& a, double scale, double lower_bound, const s
 
 Arrays collect(Input q, Input k, Input v, Input g, Input beta, Output out, Input A_log, Input dt_bias,
                std::optional<Input> initial_state, std::optional<Output> final_state,
-               std::optional<Input> cu_seqlens) {
-  return Arrays{q, k, v, g, beta, out, A_log, dt_bias, initial_state, final_state, cu_seqlens};
+               std::optional<Input> cu_seqlens, std::optional<Input> state_indices = std::nullopt,
+               std::optional<Input> has_initial_state = std::nullopt) {
+  return Arrays{q, k, v, g, beta, out, A_log, dt_bias, initial_state, final_state, cu_seqlens, state_indices,
+                has_initial_state};
 }
 
 // Returns 0 once the forward has run. With query_workspace and no workspace given, a call that
@@ -331,10 +371,12 @@ Arrays collect(Input q, Input k, Input v, Input g, Input beta, Output out, Input
 // prepares its arguments once per call rather than twice; see flash_kda/torch_ops.py).
 size_t fwd(Input q, Input k, Input v, Input g, Input beta, double scale, Output out, Input A_log,
            Input dt_bias, double lower_bound, std::optional<Input> initial_state,
-           std::optional<Output> final_state, std::optional<Input> cu_seqlens, const std::string& backend,
+           std::optional<Output> final_state, std::optional<Input> cu_seqlens,
+           std::optional<Input> state_indices, std::optional<Input> has_initial_state, const std::string& backend,
            std::optional<Output> workspace, uintptr_t stream, int cpu_threads, bool query_workspace,
            bool strict_dtypes) {
-  const Arrays arrays = collect(q, k, v, g, beta, out, A_log, dt_bias, initial_state, final_state, cu_seqlens);
+  const Arrays arrays = collect(q, k, v, g, beta, out, A_log, dt_bias, initial_state, final_state, cu_seqlens,
+                                state_indices, has_initial_state);
   FwdParams p = make_params(arrays, scale, lower_bound, backend, cpu_threads, strict_dtypes);
   if (query_workspace && !workspace) {
     const size_t needed = flash_kda::workspace_size(p);
@@ -361,8 +403,10 @@ size_t fwd(Input q, Input k, Input v, Input g, Input beta, double scale, Output 
 size_t workspace_size(Input q, Input k, Input v, Input g, Input beta, double scale, Output out, Input A_log,
                       Input dt_bias, double lower_bound, std::optional<Input> initial_state,
                       std::optional<Output> final_state, std::optional<Input> cu_seqlens,
+                      std::optional<Input> state_indices, std::optional<Input> has_initial_state,
                       const std::string& backend) {
-  const Arrays arrays = collect(q, k, v, g, beta, out, A_log, dt_bias, initial_state, final_state, cu_seqlens);
+  const Arrays arrays = collect(q, k, v, g, beta, out, A_log, dt_bias, initial_state, final_state, cu_seqlens,
+                                state_indices, has_initial_state);
   return flash_kda::workspace_size(make_params(arrays, scale, lower_bound, backend, 0, false));
 }
 
@@ -472,21 +516,26 @@ NB_MODULE(_C, m) {
         nb::arg("g").noconvert(), nb::arg("beta").noconvert(), nb::arg("scale"), nb::arg("out").noconvert(),
         nb::arg("A_log").noconvert(), nb::arg("dt_bias").noconvert(), nb::arg("lower_bound"),
         nb::arg("initial_state").noconvert().none(), nb::arg("final_state").noconvert().none(),
-        nb::arg("cu_seqlens").noconvert().none(), nb::kw_only(), nb::arg("backend") = "auto",
+        nb::arg("cu_seqlens").noconvert().none(), nb::arg("state_indices").noconvert().none() = nb::none(),
+        nb::arg("has_initial_state").noconvert().none() = nb::none(), nb::kw_only(), nb::arg("backend") = "auto",
         nb::arg("workspace").noconvert().none() = nb::none(), nb::arg("stream") = 0,
         nb::arg("cpu_threads") = 0, nb::arg("query_workspace") = false, nb::arg("strict_dtypes") = false,
         "Runs the KDA forward in place on DLPack arrays (bf16 given as bfloat16 or as 16-bit integer "
         "views) and returns 0. backend: 'auto' (where the arrays live), 'cuda', 'cpu' or 'reference'. "
         "stream: a cudaStream_t as an integer (0: the legacy default stream). query_workspace: when "
         "no workspace is given and the call needs one, run nothing and return its size in bytes. "
-        "strict_dtypes: bf16 must be DLPack bfloat16 (16-bit integers are not taken as bf16 bits).");
+        "strict_dtypes: bf16 must be DLPack bfloat16 (16-bit integers are not taken as bf16 bits). "
+        "state_indices (int32 [N]): the states are pools [P, HV, V, K] and sequence n uses slot "
+        "state_indices[n] (negative: padding); has_initial_state (bool or uint8 [N]): 0 starts sequence n "
+        "from zeros (docs/serving.md).");
 
   m.def("workspace_size", &workspace_size, nb::arg("q").noconvert(), nb::arg("k").noconvert(),
         nb::arg("v").noconvert(), nb::arg("g").noconvert(), nb::arg("beta").noconvert(), nb::arg("scale"),
         nb::arg("out").noconvert(), nb::arg("A_log").noconvert(), nb::arg("dt_bias").noconvert(),
         nb::arg("lower_bound"), nb::arg("initial_state").noconvert().none(),
-        nb::arg("final_state").noconvert().none(), nb::arg("cu_seqlens").noconvert().none(), nb::kw_only(),
-        nb::arg("backend") = "auto",
+        nb::arg("final_state").noconvert().none(), nb::arg("cu_seqlens").noconvert().none(),
+        nb::arg("state_indices").noconvert().none() = nb::none(),
+        nb::arg("has_initial_state").noconvert().none() = nb::none(), nb::kw_only(), nb::arg("backend") = "auto",
         "Bytes of device scratch memory fwd needs for these arguments (0 when none).");
 
   m.def("decode", &decode, nb::arg("q").noconvert(), nb::arg("k").noconvert(), nb::arg("v").noconvert(),

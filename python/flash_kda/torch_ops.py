@@ -3,7 +3,7 @@
 Importing this module imports torch and registers three operators (docs/torch.md):
 
 ``torch.ops.flash_kda.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound,
-initial_state=None, final_state=None, cu_seqlens=None, cu_seqlens_cpu=None, backend=None,
+initial_state, final_state, cu_seqlens=None, cu_seqlens_cpu=None, backend=None,
 state_indices=None, has_initial_state=None) -> ()``
     ``flash_kda.fwd`` as an operator: mutates ``out`` and ``final_state`` (a state pool with
     ``state_indices``).
@@ -236,8 +236,10 @@ def _fwd_op(
     A_log: torch.Tensor,
     dt_bias: torch.Tensor,
     lower_bound: float,
-    initial_state: Optional[torch.Tensor] = None,
-    final_state: Optional[torch.Tensor] = None,
+    # No defaults up to final_state, a mutated argument: torch before 2.12 drops trailing arguments
+    # equal to their defaults when it redispatches, then indexes the mutated ones (IndexError).
+    initial_state: Optional[torch.Tensor],
+    final_state: Optional[torch.Tensor],
     cu_seqlens: Optional[torch.Tensor] = None,
     cu_seqlens_cpu: Optional[torch.Tensor] = None,
     backend: Optional[str] = None,

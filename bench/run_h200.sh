@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The full benchmark on one H200, in one call of about 6-8 minutes, from the repository root:
+# The full benchmark on one H200 (about 10 minutes, or two calls with PARTS below), from the
+# repository root:
 #   1. fla's wheels (.whl/, carried: git-ignored) into /tmp/site, then `pip install .` (builds the
 #      CUDA kernels and the binding for the machine's Python);
 #   2. python -m flash_kda.bench all: the prefill speed suite of BENCH.md (copy floor in the same
@@ -17,7 +18,10 @@
 #
 # Usage (device tool: carry [".whl"]):
 #   FLASH_KDA_COMMIT=$(git rev-parse HEAD) bash bench/run_h200.sh
-# Knobs (environment): OUT (default /tmp/flash_kda_h200), LIMIT (seconds for the whole script,
+# Knobs (environment): PARTS (default "speed accuracy e2e"; all three need ~10 minutes with fla's
+# autotuning, so under a 10-minute limit per call run PARTS="speed accuracy" and PARTS=e2e in two
+# calls and merge their bench.json files with `python -m flash_kda.bench report A.json B.json`),
+# OUT (default /tmp/flash_kda_h200), LIMIT (seconds for the whole script,
 # default 470: the benchmark gets what the install leaves, minus the report's time), FLA_CASES
 # (default: the cases with H = 96 and 32, the heads the end-to-end stacks use too, so fla autotunes
 # two H in all; "all" for every case, "none"), FLA_BUDGET (seconds of the speed suite after which
@@ -48,10 +52,10 @@ main() {
       return 1
     fi
   fi
-  echo "== [${SECONDS}s] installed; python -m flash_kda.bench all"
+  echo "== [${SECONDS}s] installed; python -m flash_kda.bench ${PARTS:-all}"
   local left=$((LIMIT - SECONDS - 30))
   local status=0
-  timeout --signal=TERM --kill-after=10 "$left" python3 -m flash_kda.bench all --no-progress \
+  timeout --signal=TERM --kill-after=10 "$left" python3 -m flash_kda.bench ${PARTS:-all} --no-progress \
     --fla ${FLA_CASES} --fla-budget "${FLA_BUDGET:-200}" --reps "${REPS:-30}" \
     --tokens ${E2E_TOKENS:-8192 32768} --out "$WORK/run" ${BENCH_ARGS:-} || status=$?
   [[ $status == 124 ]] && echo "!! the benchmark ran out of its ${left}s: the report holds what finished"

@@ -84,6 +84,25 @@ def test_report_merges_parts(tmp_path):
     assert "![" not in text  # no plots asked for
 
 
+def test_report_merges_rows_of_one_part(tmp_path):
+    """Two accuracy runs with different cases merge into one part holding both; a repeated case
+    takes the later file's row."""
+    _, a = _run(tmp_path, "accuracy", "--acc-cases", "normal", "large_v", "--acc-heads", "1", "--no-plots",
+                name="a")
+    _, b = _run(tmp_path, "accuracy", "--acc-cases", "large_v", "many_short", "--acc-heads", "1",
+                "--no-plots", name="b")
+    rows_b = {r["case"]: r for r in json.loads((b / "bench.json").read_text())["accuracy"]["rows"]}
+    md, merged = tmp_path / "r.md", tmp_path / "merged.json"
+    assert cli.main(["report", str(a / "bench.json"), str(b / "bench.json"), "--md", str(md),
+                     "--json", str(merged)]) == 0
+    part = json.loads(merged.read_text())["accuracy"]
+    assert [r["case"] for r in part["rows"]] == ["normal", "large_v", "many_short"]
+    assert part["rows"][1] == rows_b["large_v"] and part["rows"][2] == rows_b["many_short"]
+    assert len(part["meta"]["also_from"]) == 1
+    text = md.read_text()
+    assert "`many_short`" in text and "`normal`" in text and "accuracy (some rows): from another run" in text
+
+
 def test_shape_parsing():
     assert cases.parse_shape("T=8192,H=48") == dict(B=1, T=8192, H=48, name="t8192_48")
     c = cases.parse_shape("lens=1300+547+1024x2,H=64")

@@ -90,7 +90,7 @@ def _parser():
 def _report_parser():
     p = argparse.ArgumentParser(
         prog="python -m flash_kda.bench report",
-        description="Markdown report (and plots) from one or more results JSON files (merged: later parts win).")
+        description="Markdown report (and plots) from one or more results JSON files (merged: the rows of every file, a later row replacing an earlier one of the same case).")
     p.add_argument("files", nargs="+", help="results JSON files")
     p.add_argument("--md", default=None, help="write the markdown here (default: stdout)")
     p.add_argument("--plots", default=None, metavar="DIR", help="write the PNGs here (default: none)")

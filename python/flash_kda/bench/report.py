@@ -2,7 +2,8 @@
 
 The JSON holds one object: ``schema``, ``meta`` (commit, device, versions, command, date) and one
 entry per part that ran: ``speed``, ``accuracy``, ``e2e``, each ``{"meta": ..., "rows": [...]}``.
-Several files (e.g. one per part, from separate runs) merge into one: later files' parts win.
+Several files (e.g. one per part, from separate runs) merge into one: rows of a part from all of
+them, a later file's row replacing an earlier row of the same case.
 """
 
 from __future__ import annotations
@@ -110,8 +111,29 @@ def _json_default(o):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+# What makes two rows of a part the same measurement (a later file's row replaces an earlier one's).
+_ROW_KEY = {
+    "speed": lambda r: r.get("case"),
+    "accuracy": lambda r: r.get("case"),
+    "e2e": lambda r: (r.get("config"), r.get("tokens"), r.get("mlp"), r.get("layers")),
+}
+
+
+def _merge_part(name, old, new):
+    """Rows of both, in first-seen order; a row of `new` replaces the row of `old` it repeats. The
+    part keeps `old`'s meta and lists the other runs' metas under "also_from"."""
+    key = _ROW_KEY[name]
+    rows = {}
+    for r in old.get("rows", []) + new.get("rows", []):
+        rows[key(r)] = r  # dicts keep the first insertion's position
+    meta = dict(old.get("meta", {}))
+    meta["also_from"] = meta.get("also_from", []) + [new.get("meta", {})] + new.get("meta", {}).get("also_from", [])
+    return {"meta": meta, "rows": list(rows.values())}
+
+
 def load(paths):
-    """Loads and merges results files: the first file's meta, each part from the last file having it."""
+    """Loads and merges results files: the first file's meta; each part's rows from every file having
+    it (a later file's row replaces an earlier one of the same case)."""
     merged = None
     for p in paths:
         with open(p) as f:
@@ -120,8 +142,10 @@ def load(paths):
             raise ValueError(f"{p}: not a flash_kda.bench results file (schema {r.get('schema')!r})")
         if merged is None:
             merged = r
-        else:
-            merged.update({k: v for k, v in r.items() if k in ("speed", "accuracy", "e2e")})
+            continue
+        for name in _ROW_KEY:
+            if name in r:
+                merged[name] = _merge_part(name, merged[name], r[name]) if name in merged else r[name]
     if merged is None:
         raise ValueError("no results files given")
     return merged
@@ -153,9 +177,12 @@ def md_meta(meta, parts=None):
              f"- command: `{meta.get('command')}`"]
     for name, part in (parts or {}).items():
         pm = part.get("meta", {})
-        if pm and (pm.get("commit") != meta.get("commit") or pm.get("device") != meta.get("device")):
-            lines.append(f"- {name}: from another run: commit `{pm.get('commit')}`, {pm.get('device')}, "
-                         f"`{pm.get('command')}`")
+        for m in ([pm] if pm else []) + pm.get("also_from", []):
+            if m is pm and m.get("command") == meta.get("command") and m.get("commit") == meta.get("commit") \
+                    and m.get("device") == meta.get("device"):
+                continue
+            lines.append(f"- {name}{' (some rows)' if m is not pm else ''}: from another run: commit "
+                         f"`{m.get('commit')}`, {m.get('device')}, {m.get('date')}, `{m.get('command')}`")
     return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@ except ImportError:  # the NumPy tests run without torch
     torch = None
 else:
     import flash_kda.torch_ops  # noqa: F401  (registers the operators)
+    from test_torch_ops import bits, to_numpy, to_torch
 
 H, HV, K, V = 2, 2, 128, 128
 BACKENDS = ["cpu", "reference"]
@@ -391,34 +392,6 @@ def test_valid_error_problem_runs(rng):
 
 
 # ---- torch CPU tensors ------------------------------------------------------------------------------
-
-def to_torch(x, device="cpu", copy=True):
-    """The NumPy problem `x` as torch tensors with the same bits: copies (a pool given as both
-    initial_state and final_state stays one tensor), or with copy=False host views of the same
-    memory with the same strides."""
-    converted = {}
-
-    def convert(a):
-        if not isinstance(a, np.ndarray):
-            return a
-        if id(a) not in converted:
-            t = torch.from_numpy(a.view(np.int16) if a.dtype == BF16 else a)
-            t = t.view(torch.bfloat16) if a.dtype == BF16 else t
-            converted[id(a)] = t.to(device, copy=True) if copy else t
-        return converted[id(a)]
-    return {n: convert(a) for n, a in x.items()}
-
-
-def to_numpy(t):
-    t = t.detach().cpu()
-    if t.dtype == torch.bfloat16:
-        return t.contiguous().view(torch.int16).numpy().view(BF16)
-    return t.numpy()
-
-
-def bits(t):
-    return t.detach().cpu().contiguous().view(torch.uint8)
-
 
 def _op_fwd(t):
     torch.ops.flash_kda.fwd(t["q"], t["k"], t["v"], t["g"], t["beta"], t["scale"], t["out"], t["A_log"],

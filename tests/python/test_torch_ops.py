@@ -30,15 +30,19 @@ DEVICES = ["cpu", pytest.param("cuda", marks=cuda)]
 
 def to_torch(x, device="cpu", copy=True):
     """The NumPy problem `x` (make_problem) as torch tensors with the same bits: copies (an in-place
-    state update must not change the NumPy problem the reference reads), or with copy=False on the
+    state update must not change the NumPy problem the reference reads; an array given twice, e.g.
+    a pool as both initial_state and final_state, stays one tensor), or with copy=False on the
     host, views of the same memory with the same strides."""
+    converted = {}
+
     def convert(a):
         if not isinstance(a, np.ndarray):
             return a
-        if a.dtype == BF16:
-            a = a.view(np.int16)
-            return torch.from_numpy(a).view(torch.bfloat16).to(device, copy=copy)
-        return torch.from_numpy(a).to(device, copy=copy)
+        if id(a) not in converted:
+            t = torch.from_numpy(a.view(np.int16) if a.dtype == BF16 else a)
+            t = t.view(torch.bfloat16) if a.dtype == BF16 else t
+            converted[id(a)] = t.to(device, copy=copy)
+        return converted[id(a)]
     return {n: convert(a) for n, a in x.items()}
 
 

@@ -27,6 +27,9 @@ const char* backend_name(Backend b) { return b == Backend::kCpu ? "kCpu" : "kCpu
 // these tighter bounds too.
 constexpr double kCpuOutBound = 1e-3;
 constexpr double kCpuStateBound = 1e-4;
+// A bf16 state: fp32 and float64 results a few 1e-6 apart round to different bf16 neighbours
+// (2^-8 apart) for ~0.1 % of the elements, which alone gives ~1.4e-4.
+constexpr double kCpuBf16StateBound = 5e-4;
 
 int64_t slot_elems(const Problem& pb) { return pb.HV * pb.V * pb.K; }
 
@@ -121,13 +124,14 @@ std::vector<double> bf16_to_double(const std::vector<uint16_t>& x) {
 // (a result of the reference backend), within the CPU bound as well: against unrounded float64 the
 // bf16 rounding of out alone is ~1.1e-3.
 void expect_close(const std::vector<double>& got, const std::vector<double>& ref, bool is_state,
-                  const char* what, bool ref_rounded = true) {
+                  const char* what, bool ref_rounded = true, DType state_dtype = DType::kF32) {
   ASSERT_EQ(got.size(), ref.size()) << what;
   EXPECT_TRUE(all_finite(got)) << what << " has an unwritten or non-finite element";
   const double rel = rel_error(got, ref);
   EXPECT_LE(rel, is_state ? kStateTolerance : kOutTolerance) << what;
   if (ref_rounded) {
-    EXPECT_LE(rel, is_state ? kCpuStateBound : kCpuOutBound) << what;
+    const double state_bound = state_dtype == DType::kBF16 ? kCpuBf16StateBound : kCpuStateBound;
+    EXPECT_LE(rel, is_state ? state_bound : kCpuOutBound) << what;
   }
 }
 
@@ -167,7 +171,7 @@ void check_decode_equals_forward(const Config& cfg, std::mt19937_64& rng) {
       EXPECT_TRUE(states == ref.final_state.to_double()) << "pool slots differ from fwd's final_state";
     }
     expect_close(bf16_to_double(out), ref.out_double(), false, "out");
-    expect_close(states, ref.final_state.to_double(), true, "pool slots");
+    expect_close(states, ref.final_state.to_double(), true, "pool slots", true, pb.cfg.state_dtype);
     expect_untouched_except(pool, pool0, std::set<int64_t>(slots.begin(), slots.end()), P, per);
   }
 }
@@ -503,7 +507,7 @@ TEST_F(Decode, HasInitialStateStartsFromZeros) {
         states.insert(states.end(), x.begin(), x.end());
       }
       expect_close(bf16_to_double(out), ref.out_double(), false, "out (pool)");
-      expect_close(states, ref.final_state.to_double(), true, "pool slots");
+      expect_close(states, ref.final_state.to_double(), true, "pool slots", true, dtype);
       // The empty flagged-off sequence ends with a zero state.
       for (double x : slot_values(pool, slots[1], per)) ASSERT_EQ(x, 0.0);
       expect_untouched_except(pool, pool0, std::set<int64_t>(slots.begin(), slots.end()), P, per);
@@ -515,7 +519,8 @@ TEST_F(Decode, HasInitialStateStartsFromZeros) {
       s = fwd(q);
       ASSERT_TRUE(s.ok()) << s.message;
       expect_close(r.out_double(), ref.out_double(), false, "out (no pool)");
-      expect_close(r.final_state.to_double(), ref.final_state.to_double(), true, "final_state (no pool)");
+      expect_close(r.final_state.to_double(), ref.final_state.to_double(), true, "final_state (no pool)", true,
+                   dtype);
     }
   }
 }

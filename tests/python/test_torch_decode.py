@@ -14,7 +14,7 @@ import pytest
 
 import flash_kda
 from conftest import OUT_LIMIT, make_problem, poisoned, reference_numpy, rel, state_limit
-from test_torch_ops import bits, cuda, to_numpy, to_torch
+from test_torch_ops import bits, cuda, inputs_late_on_a_side_stream, to_numpy, to_torch, zeroed_inputs
 
 torch = pytest.importorskip("torch")
 import flash_kda.torch_ops  # noqa: E402,F401  (needs torch; registers the operators)
@@ -282,9 +282,7 @@ def test_cuda_runs_on_the_current_stream(rng, route):
     torch._dynamo.reset()
     x = _plain(rng)
     t = to_torch(x, "cuda")
-    real = {n: t[n].clone() for n in ("q", "k", "v", "g")}
-    for n in real:
-        t[n].zero_()
+    real = zeroed_inputs(t)
     names = ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "state", "state_indices", "num_accepted_tokens",
              "cu_seqlens")
     compiled = None
@@ -292,12 +290,7 @@ def test_cuda_runs_on_the_current_stream(rng, route):
         compiled = torch.compile(_decode_fn, fullgraph=True)
         with torch.inference_mode():
             compiled(*[t[n] if t[n] is None else t[n].clone() for n in names])
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream), torch.inference_mode():
-        torch.cuda._sleep(200_000_000)  # ~0.1 s
-        for n, a in real.items():
-            t[n].copy_(a)
+    with inputs_late_on_a_side_stream(t, real):
         if route == "decode":
             _decode(t)
             out = t["out"]
@@ -307,7 +300,6 @@ def test_cuda_runs_on_the_current_stream(rng, route):
         else:
             out, _ = compiled(*[t[n] for n in names])
             out = out / 2
-    stream.synchronize()
     _decode(x)
     rows = [0, 2, 3]
     assert rel(to_numpy(out)[rows], x["out"][rows].astype(np.float32)) <= OUT_LIMIT

@@ -7,6 +7,7 @@ CPU tests run wherever torch is installed; tests marked `cuda` need an sm_90 GPU
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import sys
@@ -66,6 +67,29 @@ def to_numpy(t):
 def bits(t):
     """The bytes of a tensor, for bit-for-bit comparisons."""
     return t.detach().cpu().contiguous().view(torch.uint8)
+
+
+def zeroed_inputs(t, names=("q", "k", "v", "g")):
+    """Zeroes those tensors of the problem `t` and returns copies of their values."""
+    real = {n: t[n].clone() for n in names}
+    for n in real:
+        t[n].zero_()
+    return real
+
+
+@contextlib.contextmanager
+def inputs_late_on_a_side_stream(t, real):
+    """Runs the body on a new CUDA stream (in inference mode) right after that stream sleeps ~0.1 s
+    and then copies `real` back into t's zeroed tensors: a launch on any other stream would read
+    the zeros. Synchronises the stream at the end."""
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream), torch.inference_mode():
+        torch.cuda._sleep(200_000_000)  # ~0.1 s
+        for n, a in real.items():
+            t[n].copy_(a)
+        yield
+    stream.synchronize()
 
 
 def chunk(t, **overrides):
@@ -559,15 +583,8 @@ def test_cuda_runs_on_the_current_stream(rng, route):
     """The inputs become valid on a side stream only after a long sleep kernel; a call on that
     stream must see them (a launch on another stream would read the zeros written before)."""
     x, t = _cuda_problem(rng, lens=(200, 56))
-    real = {n: t[n].clone() for n in ("q", "k", "v", "g")}
-    for n in real:
-        t[n].zero_()
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream), torch.inference_mode():
-        torch.cuda._sleep(200_000_000)  # ~0.1 s
-        for n, a in real.items():
-            t[n].copy_(a)
+    real = zeroed_inputs(t)
+    with inputs_late_on_a_side_stream(t, real):
         if route == "fwd":
             fwd(t, cu_seqlens_cpu=t["cu_seqlens"].cpu())
             out, final = t["out"], t["final_state"]
@@ -576,7 +593,6 @@ def test_cuda_runs_on_the_current_stream(rng, route):
             out, final = t["out"], t["final_state"]
         else:
             out, final = chunk(t, cu_seqlens_cpu=t["cu_seqlens"].cpu())
-    stream.synchronize()
     check_against_reference(x, out, final)
 
 

@@ -1,0 +1,147 @@
+"""Static instruction mix of the sm90 forward kernel, per source function: no GPU needed.
+
+    python scripts/sass_mix.py [OBJECT] [--kernel 1|2|4|8] [--top 12]
+
+OBJECT defaults to build-cuda/CMakeFiles/flash_kda.dir/src/cuda/sm90/kda_fwd_sm90.cu.o (built with
+-lineinfo, as the CMake build does). Needs cuobjdump and nvdisasm: from the CUDA toolkit, or from
+PyPI (`pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`, found in that package's bin folder).
+
+Every SASS instruction of the chosen instantiation (consumer warps per CTA) is attributed, through
+nvdisasm's inlining information, to the innermost function of the kernel's own sources that is not
+a small helper (a body of at most 4 lines, such as `pair` or `group_sync`; ptx.cuh and the CUDA
+headers are helpers too): the phase it belongs to (`producer::tiles`, `consumer::run`, ...). The counts are static (per instruction in the code, not per execution): loop bodies that
+run once per chunk dominate what a chunk costs. Opcode classes: shared (LDS/STS/LDSM), global
+(LDG/STG/LDGSTS), mufu, mma (HMMA), fp, int, control (BAR/BRA/...), other.
+"""
+
+import argparse
+import collections
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_OBJ = os.path.join(HERE, "..", "build-cuda", "CMakeFiles", "flash_kda.dir", "src", "cuda", "sm90",
+                           "kda_fwd_sm90.cu.o")
+KERNEL_FILES = ("kda_fwd_producer.cuh", "kda_fwd_consumer.cuh", "kda_fwd_scheduler.cuh", "kda_fwd_kernel.cuh")
+CLASSES = [("shared", ("LDS", "STS", "LDSM", "ATOMS")), ("global", ("LDG", "STG", "LDGSTS", "LDGDEPBAR")),
+           ("mufu", ("MUFU",)), ("mma", ("HMMA",)),
+           ("fp", ("FFMA", "FMUL", "FADD", "FSEL", "FSETP", "FMNMX", "FCHK", "F2F", "F2I", "I2F")),
+           ("int", ("IMAD", "IADD3", "IADD", "LEA", "SHF", "LOP3", "ISETP", "IABS", "PRMT", "SEL", "VIADD",
+                    "IMNMX", "MOV", "UMOV", "ULDC", "LDC", "S2R", "CS2R", "S2UR", "UIADD3", "ULEA", "USHF",
+                    "UIMAD", "ULOP3")),
+           ("control", ("BAR", "BRA", "BSSY", "BSYNC", "EXIT", "WARPSYNC", "SHFL", "VOTE", "DEPBAR", "NOP",
+                        "CALL", "RET", "YIELD"))]
+
+
+def tool(name):
+    found = shutil.which(name)
+    if found:
+        return found
+    for base in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
+        for path in glob.glob(os.path.join(base, "nvidia", "cu*", "bin", name)):
+            return path
+    sys.exit(f"{name} not found: install the CUDA toolkit or `pip install nvidia-cuda-cuobjdump "
+             "nvidia-cuda-nvdisasm`")
+
+
+def opclass(op):
+    for name, prefixes in CLASSES:
+        if op in prefixes:
+            return name
+    return "other"
+
+
+def functions_of(path):
+    """Line number -> (name of the function defined around that line, whether it is a small helper:
+    a body of at most 4 lines), by a simple scan of the file."""
+    try:
+        text = open(path).read().split("\n")
+    except OSError:
+        return {}
+    starts = []
+    for i, line in enumerate(text, 1):
+        m = re.match(r"\s*(?:template\s*<[^>]*>\s*)?__device__\s+(?:[\w:<>,&*\s]+?\s)?(\w+)\s*\(", line)
+        if m:
+            starts.append((i, m.group(1)))
+    names = {}
+    for k, (start, name) in enumerate(starts):
+        end = starts[k + 1][0] - 1 if k + 1 < len(starts) else len(text)
+        body = [t for t in text[start - 1:end] if t.strip() and not t.strip().startswith("//")]
+        small = sum(1 for t in body if t.strip() not in ("}", "};")) <= 4
+        for i in range(start, end + 1):
+            names[i] = (name, small)
+    return names
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("object", nargs="?", default=DEFAULT_OBJ)
+    ap.add_argument("--kernel", type=int, default=1, choices=(1, 2, 4, 8),
+                    help="the instantiation: consumer warps per CTA (default 1: the small-H shape)")
+    ap.add_argument("--top", type=int, default=12)
+    args = ap.parse_args()
+    if not os.path.exists(args.object):
+        sys.exit(f"{args.object}: not found (build with cmake first)")
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([tool("cuobjdump"), "-xelf", "all", os.path.abspath(args.object)], cwd=tmp, check=True,
+                       stdout=subprocess.DEVNULL)
+        cubins = sorted(glob.glob(os.path.join(tmp, "*.cubin")))
+        if not cubins:
+            sys.exit("no cubin in the object")
+        sass = subprocess.run([tool("nvdisasm"), "--print-line-info-inline", "-c", cubins[0]], check=True,
+                              capture_output=True, text=True).stdout.split("\n")
+    body, active = [], False
+    for line in sass:
+        m = re.match(r"\s*\.text\.(\S+):", line)
+        if m:
+            active = f"KdaFwdTraitsILi{args.kernel}EE" in m.group(1) and "kda_fwd_kernel" in m.group(1)
+            continue
+        if active:
+            body.append(line)
+    if not body:
+        sys.exit(f"no kda_fwd_kernel instantiation with {args.kernel} consumer warps in the object")
+
+    # Before each run of instructions nvdisasm prints their inlining chain, one line per level,
+    # innermost first, the kernel's own line last.
+    fn_maps, where, chain = {}, None, []
+    per_fn = collections.defaultdict(collections.Counter)
+    for line in body:
+        m = re.search(r'//## File "([^"]+)", line (\d+)', line)
+        if m:
+            chain.append((m.group(1), int(m.group(2))))
+            continue
+        m = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
+        if not m:
+            continue
+        if chain:
+            where = "kernel"
+            for path, ln in chain:  # the first kernel function that is not a helper
+                if os.path.basename(path) not in KERNEL_FILES:
+                    continue
+                if path not in fn_maps:
+                    fn_maps[path] = functions_of(path)
+                name, small = fn_maps[path].get(ln, ("?", False))
+                if not small and name != "?":
+                    role = os.path.basename(path).replace("kda_fwd_", "").replace(".cuh", "")
+                    where = f"{role}::{name}"
+                    break
+            chain = []
+        if where:
+            per_fn[where][opclass(m.group(1))] += 1
+    total = sum(sum(c.values()) for c in per_fn.values())
+    cols = [c for c, _ in CLASSES] + ["other"]
+    print(f"kda_fwd_kernel<{args.kernel} consumer warps>: {total} SASS instructions")
+    print(f"{'function':<30}{'all':>6}" + "".join(f"{c:>8}" for c in cols))
+    for fn, c in sorted(per_fn.items(), key=lambda x: -sum(x[1].values()))[:args.top]:
+        print(f"{fn:<30}{sum(c.values()):>6}" + "".join(f"{c[k]:>8}" for k in cols))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -405,6 +405,15 @@ def plot(results, out_dir):
     return written
 
 
+def _save(plt, fig, out_dir, name):
+    """Lays out, writes OUT_DIR/NAME and closes the figure; returns the path."""
+    fig.tight_layout()
+    path = os.path.join(out_dir, name)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _bars(ax, labels, series, log=False, errs=None):
     """Grouped bars: series = [(name, values, color)]; errs = {name: (lo, hi)} absolute."""
     import numpy as np
@@ -446,10 +455,7 @@ def _plot_speed(plt, part, out_dir, device):
     ax.set_title(f"Prefill time per case — {device}")
     ax.set_ylim(0, ax.get_ylim()[1] * 1.3)
     ax.legend(fontsize=8, loc="upper left", framealpha=0.9, ncol=2)
-    fig.tight_layout()
-    p1 = os.path.join(out_dir, "speed.png")
-    fig.savefig(p1, dpi=110)
-    plt.close(fig)
+    p1 = _save(plt, fig, out_dir, "speed.png")
 
     series = [("flash-kda", [r["floor_ratio"] for r in rows], "C0")]
     if any("fla_ms" in r for r in rows):
@@ -469,10 +475,7 @@ def _plot_speed(plt, part, out_dir, device):
     ax.set_title(f"Floor ratio per case — {device}" + ("" if cuda else " (host memcpy floor)"))
     ax.set_ylim(0, ax.get_ylim()[1] * 1.3)
     ax.legend(fontsize=8, loc="upper left", framealpha=0.9, ncol=2)
-    fig.tight_layout()
-    p2 = os.path.join(out_dir, "floor_ratio.png")
-    fig.savefig(p2, dpi=110)
-    plt.close(fig)
+    p2 = _save(plt, fig, out_dir, "floor_ratio.png")
     return [p1, p2]
 
 
@@ -515,11 +518,7 @@ def _plot_accuracy(plt, part, out_dir, device):
         ax.set_title(f"{what}: rel. L2 error vs float64")
         ax.legend(fontsize=7)
     fig.suptitle(f"Accuracy — {device}", fontsize=10)
-    fig.tight_layout()
-    p = os.path.join(out_dir, "accuracy.png")
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    return [p]
+    return [_save(plt, fig, out_dir, "accuracy.png")]
 
 
 def _tokens(t):
@@ -551,8 +550,4 @@ def _plot_e2e(plt, part, out_dir, device):
             lab.set_rotation(0)
             lab.set_ha("center")
     fig.suptitle(f"End-to-end — {device}", fontsize=10)
-    fig.tight_layout()
-    p = os.path.join(out_dir, "e2e.png")
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    return [p]
+    return [_save(plt, fig, out_dir, "e2e.png")]

@@ -34,6 +34,16 @@ namespace flash_kda {
 
 enum class DType : int { kNone = 0, kBF16, kF32, kI32, kI64 };
 
+// How the CUDA forward divides the work (docs/kernel.md, "Plans"). kAuto picks per call from the
+// sizes the host knows (T, N, HV, the SM count); the others force one plan, for tests and tuning.
+// The CPU backends compute the same function whatever the plan.
+enum class FwdPlan : int {
+  kAuto = 0,
+  kFused,     // one kernel: every CTA prepares its chunks itself (best when (sequence, head) pairs fill the GPU)
+  kPrepared,  // a chunk-parallel preparation pass into the workspace, then the recurrence walks each sequence
+  kSplit,     // as kPrepared, and sequences longer than segment_chunks chunks run as parallel segments
+};
+
 // Where the tensors live and which implementation computes the result.
 enum class Backend : int {
   kCuda = 0,      // device pointers, the CUDA kernels (sm_90a); asynchronous on `stream`
@@ -116,6 +126,11 @@ struct FwdParams {
   // ---- scratch memory (caller-owned; see workspace_size) ----
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+
+  // ---- CUDA plan (docs/kernel.md); leave kAuto outside tests and tuning ----
+  FwdPlan plan = FwdPlan::kAuto;
+  // kSplit: chunks of 16 tokens per segment (>= 1); 0 lets the planner choose. Ignored otherwise.
+  int64_t segment_chunks = 0;
 
   Backend backend = Backend::kCuda;
 

@@ -303,6 +303,12 @@ Status validate(const FwdParams& params) {
     if (!st.ok()) return st;
   }
 
+  // ---- plan ----
+  if (static_cast<int>(p.plan) < static_cast<int>(FwdPlan::kAuto) ||
+      static_cast<int>(p.plan) > static_cast<int>(FwdPlan::kSplit))
+    return invalid(cat("plan: unknown value ", static_cast<int>(p.plan)));
+  if (p.segment_chunks < 0) return invalid(cat("segment_chunks: must be >= 0 (got ", p.segment_chunks, ")"));
+
   // ---- workspace ----
   const size_t ws = workspace_size(p);
   if (ws > 0 && (p.workspace == nullptr || p.workspace_bytes < ws))

@@ -76,6 +76,13 @@ std::mt19937_64& rng() {
   return r;
 }
 
+// One 20,000-token sequence packed with 15 of 300: a batch a long prompt dominates.
+std::vector<int64_t> mix20k() {
+  std::vector<int64_t> lens = {20000};
+  lens.insert(lens.end(), 15, 300);
+  return lens;
+}
+
 void fill_normal(std::vector<uint16_t>& x, size_t n, float mul = 1.f, float add = 0.f) {
   std::normal_distribution<float> d;
   x.resize(n);
@@ -151,6 +158,50 @@ FwdParams make_params(const Case& c, const Host& h) {
   return p;
 }
 
+// ---- the forward plan under test (--plans) and its workspace ------------------------------------
+
+struct PlanChoice {
+  std::string name;
+  FwdPlan plan = FwdPlan::kAuto;
+  int64_t segment_chunks = 0;
+};
+PlanChoice g_plan;                              // applied by run_fwd to every CUDA forward
+std::vector<PlanChoice> g_plans = {PlanChoice{"auto"}};  // check and bench loop over these
+
+PlanChoice parse_plan(const std::string& s) {
+  PlanChoice c{s};
+  const std::string kind = s.substr(0, s.find(':'));
+  if (kind == "auto") c.plan = FwdPlan::kAuto;
+  else if (kind == "fused") c.plan = FwdPlan::kFused;
+  else if (kind == "prepared") c.plan = FwdPlan::kPrepared;
+  else if (kind == "split") c.plan = FwdPlan::kSplit;
+  else {
+    std::fprintf(stderr, "unknown plan '%s' (auto, fused, prepared, split, split:L)\n", s.c_str());
+    std::exit(2);
+  }
+  if (s.find(':') != std::string::npos) c.segment_chunks = std::atoll(s.c_str() + s.find(':') + 1);
+  return c;
+}
+
+// fwd with the plan under test; CUDA calls get a workspace (one buffer, grown on demand; the first
+// call of a size allocates, so timed loops warm up first).
+Status run_fwd(FwdParams p, cudaStream_t stream = nullptr) {
+  if (p.backend != Backend::kCuda) return fwd(p, stream);
+  p.plan = g_plan.plan;
+  p.segment_chunks = g_plan.segment_chunks;
+  static void* ws = nullptr;
+  static size_t ws_bytes = 0;
+  const size_t need = workspace_size(p);
+  if (need > ws_bytes) {
+    if (ws) CUDA_OK(cudaFree(ws));
+    CUDA_OK(cudaMalloc(&ws, need));
+    ws_bytes = need;
+  }
+  p.workspace = ws;
+  p.workspace_bytes = ws_bytes;
+  return fwd(p, stream);
+}
+
 struct Result {
   std::vector<float> out;    // [B*T*HV*D]
   std::vector<float> state;  // [N*HV*D*D] (empty when not produced)
@@ -208,7 +259,7 @@ Result run_backend(const Case& c, const Host& h, Backend backend, bool* all_writ
     p.initial_state = c.initial ? ds0 : nullptr;
     p.final_state = ds1;
     p.cu_seqlens = dcu;
-    Status st = fwd(p, nullptr);
+    Status st = run_fwd(p, nullptr);
     if (!st.ok()) {
       std::printf("  fwd failed: %s\n", st.message.c_str());
       std::exit(1);
@@ -241,7 +292,7 @@ Result run_backend(const Case& c, const Host& h, Backend backend, bool* all_writ
     p.initial_state = c.initial ? s0p : nullptr;
     p.final_state = c.in_place ? s0p : s1p;
     if (!h.cu.empty()) p.cu_seqlens = c.i32 ? static_cast<const void*>(cu32.data()) : h.cu.data();
-    Status st = fwd(p, nullptr);
+    Status st = run_fwd(p, nullptr);
     if (!st.ok()) {
       std::printf("  reference failed: %s\n", st.message.c_str());
       std::exit(1);
@@ -472,6 +523,11 @@ std::vector<Case> edge_cases() {
   c = {}; c.name = "20 pairs (2 consumer warps)"; c.batch = 5; c.seqlen = 48; add(c);
   c = {}; c.name = "40 pairs (4 consumer warps)"; c.batch = 10; c.seqlen = 40; add(c);
   c = {}; c.name = "100 pairs (8 consumer warps)"; c.batch = 25; c.seqlen = 37; add(c);
+  // Shapes the split plans cut into segments (forced small segments reach many chain steps).
+  c = {}; c.name = "long varlen 1500/40/0/700 in-place"; c.lens = {1500, 40, 0, 700}; c.H = 2; c.in_place = true; add(c);
+  c = {}; c.name = "long fixed B=2 T=1100 bf16 state"; c.batch = 2; c.seqlen = 1100; c.H = 2; c.state = DType::kBF16; add(c);
+  c = {}; c.name = "long GVA HV=2H T=900 no initial"; c.batch = 1; c.seqlen = 900; c.H = 2; c.HV = 4; c.initial = false; add(c);
+  c = {}; c.name = "long strided int32 800/33"; c.lens = {800, 33}; c.packed_qkv = true; c.i32 = true; add(c);
   return cs;
 }
 
@@ -787,7 +843,7 @@ void run_prefill_pool_case(const PoolCase& pc) {
       p.state_indices = idx.data();
       p.has_initial_state = has_init.data();
       p.cu_seqlens = h.cu.empty() ? nullptr : h.cu.data();
-      const Status st = fwd(p);
+      const Status st = run_fwd(p);
       if (!st.ok()) {
         std::printf("  reference failed: %s\n", st.message.c_str());
         std::exit(1);
@@ -808,7 +864,7 @@ void run_prefill_pool_case(const PoolCase& pc) {
     p.state_indices = didx;
     p.has_initial_state = dhas;
     p.cu_seqlens = dcu;
-    const Status st = fwd(p, nullptr);
+    const Status st = run_fwd(p, nullptr);
     if (!st.ok()) {
       std::printf("  fwd failed: %s\n", st.message.c_str());
       std::exit(1);
@@ -877,12 +933,16 @@ int run_checks() {
   std::printf("== edge cases vs float64 CPU reference (CUDA backend)\n");
   for (const Case& c : edge_cases()) {
     const Host h = make_inputs(c);
-    bool written = false;
     const Result ref = run_backend(c, h, Backend::kCpuReference, nullptr);
-    const Result got = run_backend(c, h, Backend::kCuda, &written);
     const double tol_state = c.state == DType::kF32 ? 3e-3 : 8e-3;  // bf16 states: storage rounding
-    report("cuda", c.name, rel(got.out, ref.out), c.state == DType::kNone ? 0 : rel(got.state, ref.state), written,
-           4e-3, tol_state);
+    for (const PlanChoice& plan : g_plans) {
+      g_plan = plan;
+      bool written = false;
+      const Result got = run_backend(c, h, Backend::kCuda, &written);
+      report(("cuda/" + plan.name).c_str(), c.name, rel(got.out, ref.out),
+             c.state == DType::kNone ? 0 : rel(got.state, ref.state), written, 4e-3, tol_state);
+    }
+    g_plan = PlanChoice{"auto"};
     if (c.name.rfind("spec", 0) == 0 || c.name.rfind("weak", 0) == 0) {
       const Result rec = run_gpu_recurrence(c, h);
       report("gpu-f32", c.name, rel(rec.out, ref.out), rel(rec.state, ref.state), true, 4e-3, 3e-3);
@@ -895,10 +955,14 @@ int run_checks() {
     int64_t batch, seqlen;
     int H;
   };
+  const std::vector<int64_t> mix = mix20k();
   const std::vector<Big> big = {{"fixed96", {}, 1, 8192, 96},
                                 {"varlen6_64", {1300, 547, 2048, 963, 271, 3063}, 0, 0, 64},
                                 {"b16x2048_32", {}, 16, 2048, 32},
-                                {"fixed16", {}, 1, 8192, 16}};
+                                {"fixed16", {}, 1, 8192, 16},
+                                {"h8_8k", {}, 1, 8192, 8},
+                                {"h4_64k", {}, 1, 65536, 4},
+                                {"mix20k_8", mix, 0, 0, 8}};
   for (const Big& b : big) {
     DeviceCase d = make_device_case(b.lens, b.batch, b.seqlen, b.H);
     // Recurrence reference.
@@ -919,51 +983,68 @@ int run_checks() {
     ra.lower_bound = -5.f;
     tools::recurrence_kernel<<<unsigned(d.N * d.H), D>>>(ra);
     CUDA_OK(cudaGetLastError());
-    // Ours, on poisoned outputs.
-    CUDA_OK(cudaMemset(d.out, 0xff, d.tok * d.H * D * 2));
-    CUDA_OK(cudaMemset(d.s1, 0xff, d.N * d.H * D * D * 4));
-    Status st = fwd(device_params(d), nullptr);
-    if (!st.ok()) {
-      std::printf("  fwd failed: %s\n", st.message.c_str());
-      return 1;
-    }
+    // Ours, on poisoned outputs, under every plan asked for.
     double* acc = dev_alloc<double>(4);
     int* bad = dev_alloc<int>(2);
-    CUDA_OK(cudaMemset(acc, 0, 4 * sizeof(double)));
-    CUDA_OK(cudaMemset(bad, 0, 2 * sizeof(int)));
-    sq_err_kernel<<<1024, 256>>>(d.out, ra.out, d.tok * d.H * D, acc);
-    count_nonfinite_bf16<<<1024, 256>>>(d.out, d.tok * d.H * D, bad);
-    sq_err_f32_kernel<<<1024, 256>>>(d.s1, ra.final_state, d.N * d.H * D * D, acc + 2, bad + 1);
-    CUDA_OK(cudaDeviceSynchronize());
-    const std::vector<double> e = download(acc, 4);
-    const std::vector<int> nb = download(bad, 2);
-    report("cuda", b.name, std::sqrt(e[0] / e[1]), std::sqrt(e[2] / e[3]), nb[0] == 0 && nb[1] == 0, 4e-3, 3e-3);
+    for (const PlanChoice& plan : g_plans) {
+      g_plan = plan;
+      CUDA_OK(cudaMemset(d.out, 0xff, d.tok * d.H * D * 2));
+      CUDA_OK(cudaMemset(d.s1, 0xff, d.N * d.H * D * D * 4));
+      Status st = run_fwd(device_params(d), nullptr);
+      if (!st.ok()) {
+        std::printf("  fwd failed: %s\n", st.message.c_str());
+        return 1;
+      }
+      CUDA_OK(cudaMemset(acc, 0, 4 * sizeof(double)));
+      CUDA_OK(cudaMemset(bad, 0, 2 * sizeof(int)));
+      sq_err_kernel<<<1024, 256>>>(d.out, ra.out, d.tok * d.H * D, acc);
+      count_nonfinite_bf16<<<1024, 256>>>(d.out, d.tok * d.H * D, bad);
+      sq_err_f32_kernel<<<1024, 256>>>(d.s1, ra.final_state, d.N * d.H * D * D, acc + 2, bad + 1);
+      CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<double> e = download(acc, 4);
+      const std::vector<int> nb = download(bad, 2);
+      report(("cuda/" + plan.name).c_str(), b.name, std::sqrt(e[0] / e[1]), std::sqrt(e[2] / e[3]),
+             nb[0] == 0 && nb[1] == 0, 4e-3, 3e-3);
+    }
+    g_plan = PlanChoice{"auto"};
     for (void* p : {static_cast<void*>(ra.final_state), static_cast<void*>(ra.out), static_cast<void*>(const_cast<int64_t*>(ra.starts)),
                     static_cast<void*>(const_cast<int64_t*>(ra.lens)), static_cast<void*>(acc), static_cast<void*>(bad)})
       cudaFree(p);
     free_device_case(d);
   }
-  run_prefill_pool_checks();
+  for (const PlanChoice& plan : g_plans) {
+    g_plan = plan;
+    std::printf("-- plan %s\n", plan.name.c_str());
+    run_prefill_pool_checks();
+  }
+  g_plan = PlanChoice{"auto"};
   run_decode_checks();
   std::printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "PASSED", g_failures);
   return g_failures ? 1 : 0;
 }
 
 int run_sanitize() {
-  Case c;
-  c.name = "sanitize varlen";
-  c.lens = {37, 0, 70, 1, 16};
-  c.in_place = true;
-  const Host h = make_inputs(c);
-  bool written = false;
-  run_backend(c, h, Backend::kCuda, &written);
-  c.lens = {45, 3};
-  c.H = 40;  // 80 pairs: the 8-consumer-warp shape
-  c.in_place = false;
-  c.state = DType::kBF16;
-  const Host h2 = make_inputs(c);
-  bool written2 = false;
-  run_backend(c, h2, Backend::kCuda, &written2);
+  bool all_written = true;
+  for (const PlanChoice& plan : g_plans) {
+    g_plan = plan;
+    Case c;
+    c.name = "sanitize varlen";
+    c.lens = {37, 0, 70, 1, 16, 300};
+    c.in_place = true;
+    const Host h = make_inputs(c);
+    bool written = false;
+    run_backend(c, h, Backend::kCuda, &written);
+    c.lens = {45, 3};
+    c.H = 40;  // 80 pairs: the 8-consumer-warp shape
+    c.in_place = false;
+    c.state = DType::kBF16;
+    const Host h2 = make_inputs(c);
+    bool written2 = false;
+    run_backend(c, h2, Backend::kCuda, &written2);
+    run_prefill_pool_case(pool_cases().front());  // pool indexing, padding, out-of-range slot
+    all_written = all_written && written && written2;
+  }
+  g_plan = PlanChoice{"auto"};
   // Decode: speculative with padding (fp32, 1 row a thread), and 4 rows a thread on a bf16 pool.
   for (const char* name : {"spec S=3 padding", "320 pairs bf16 spec"}) {
     for (const DecodeCase& dc : decode_cases()) {
@@ -974,9 +1055,8 @@ int run_sanitize() {
       run_decode_backend(dc, d, Backend::kCuda, out, pool);
     }
   }
-  run_prefill_pool_case(pool_cases().front());  // pool indexing, padding, out-of-range slot
-  std::printf("sanitize run done, written %s\n", written && written2 ? "yes" : "NO");
-  return written && written2 ? 0 : 1;
+  std::printf("sanitize run done, written %s\n", all_written ? "yes" : "NO");
+  return all_written ? 0 : 1;
 }
 
 struct BenchCase {
@@ -1003,10 +1083,14 @@ int run_bench(int reps, const char* json_path, const std::vector<std::string>& o
       {"b16x2048_32", {}, 16, 2048, 32},
       {"long64k_32", {}, 1, 65536, 32},
       {"fixed16", {}, 1, 8192, 16},
+      {"fixed12", {}, 1, 8192, 12},
+      {"h8_8k", {}, 1, 8192, 8},
+      {"h4_64k", {}, 1, 65536, 4},
+      {"mix20k_8", mix20k(), 0, 0, 8},
   };
   FILE* js = json_path ? std::fopen(json_path, "w") : nullptr;
   if (js) std::fprintf(js, "[\n");
-  std::printf("%-12s %10s %10s %8s\n", "case", "ours ms", "floor ms", "ratio");
+  std::printf("%-12s %-10s %10s %10s %8s\n", "case", "plan", "ours ms", "floor ms", "ratio");
   bool first = true;
   cudaEvent_t e0, e1;
   CUDA_OK(cudaEventCreate(&e0));
@@ -1023,38 +1107,44 @@ int run_bench(int reps, const char* json_path, const std::vector<std::string>& o
     CUDA_OK(cudaMalloc(&src, copy_bytes));
     CUDA_OK(cudaMalloc(&dst, copy_bytes));
     CUDA_OK(cudaMemset(src, 1, copy_bytes));
-    std::vector<float> t_ours, t_copy;
-    for (int r = 0; r < reps + 5; ++r) {
-      // Interleave the kernel and the copy so that both see the same clocks and thermal state.
-      CUDA_OK(cudaEventRecord(e0));
-      Status st = fwd(p, nullptr);
-      CUDA_OK(cudaEventRecord(e1));
-      if (!st.ok()) {
-        std::printf("fwd failed: %s\n", st.message.c_str());
-        return 1;
+    for (const PlanChoice& plan : g_plans) {
+      g_plan = plan;
+      std::vector<float> t_ours, t_copy;
+      for (int r = 0; r < reps + 5; ++r) {
+        // Interleave the kernel and the copy so that both see the same clocks and thermal state.
+        CUDA_OK(cudaEventRecord(e0));
+        Status st = run_fwd(p, nullptr);
+        CUDA_OK(cudaEventRecord(e1));
+        if (!st.ok()) {
+          std::printf("fwd failed: %s\n", st.message.c_str());
+          return 1;
+        }
+        CUDA_OK(cudaEventSynchronize(e1));
+        float ms;
+        CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+        if (r >= 5) t_ours.push_back(ms);
+        CUDA_OK(cudaEventRecord(e0));
+        CUDA_OK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice));
+        CUDA_OK(cudaEventRecord(e1));
+        CUDA_OK(cudaEventSynchronize(e1));
+        CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+        if (r >= 5) t_copy.push_back(ms);
       }
-      CUDA_OK(cudaEventSynchronize(e1));
-      float ms;
-      CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-      if (r >= 5) t_ours.push_back(ms);
-      CUDA_OK(cudaEventRecord(e0));
-      CUDA_OK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice));
-      CUDA_OK(cudaEventRecord(e1));
-      CUDA_OK(cudaEventSynchronize(e1));
-      CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-      if (r >= 5) t_copy.push_back(ms);
+      const float mo = median(t_ours), mc = median(t_copy);
+      std::sort(t_ours.begin(), t_ours.end());
+      std::printf("%-12s %-10s %10.3f %10.3f %8.2f\n", bc.id, plan.name.c_str(), mo, mc, mo / mc);
+      std::fflush(stdout);
+      if (js) {
+        std::fprintf(js,
+                     "%s  {\"case\": \"%s\", \"plan\": \"%s\", \"H\": %d, \"tokens\": %lld, \"bytes\": %.0f, "
+                     "\"ours_ms_median\": %.5f, \"ours_ms_p10\": %.5f, \"ours_ms_p90\": %.5f, \"copy_ms_median\": %.5f, "
+                     "\"floor_ratio\": %.4f, \"reps\": %d}",
+                     first ? "" : ",\n", bc.id, plan.name.c_str(), bc.H, static_cast<long long>(tok), bytes, mo,
+                     t_ours[t_ours.size() / 10], t_ours[t_ours.size() * 9 / 10], mc, mo / mc, reps);
+        first = false;
+      }
     }
-    const float mo = median(t_ours), mc = median(t_copy);
-    std::sort(t_ours.begin(), t_ours.end());
-    std::printf("%-12s %10.3f %10.3f %8.2f\n", bc.id, mo, mc, mo / mc);
-    std::fflush(stdout);
-    if (js) {
-      std::fprintf(js, "%s  {\"case\": \"%s\", \"H\": %d, \"tokens\": %lld, \"bytes\": %.0f, \"ours_ms_median\": %.5f, "
-                       "\"ours_ms_p10\": %.5f, \"ours_ms_p90\": %.5f, \"copy_ms_median\": %.5f, \"floor_ratio\": %.4f, \"reps\": %d}",
-                   first ? "" : ",\n", bc.id, bc.H, static_cast<long long>(tok), bytes, mo,
-                   t_ours[t_ours.size() / 10], t_ours[t_ours.size() * 9 / 10], mc, mo / mc, reps);
-      first = false;
-    }
+    g_plan = PlanChoice{"auto"};
     cudaFree(src);
     cudaFree(dst);
     free_device_case(d);
@@ -1247,6 +1337,23 @@ int run_bench_decode(int reps, const char* json_path, const std::vector<std::str
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --plans a,b,c (anywhere): the forward plans check and bench run (default: auto).
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--plans") && i + 1 < argc) {
+      g_plans.clear();
+      std::string list = argv[++i];
+      for (size_t pos = 0; pos <= list.size();) {
+        const size_t end = std::min(list.find(',', pos), list.size());
+        g_plans.push_back(parse_plan(list.substr(pos, end - pos)));
+        pos = end + 1;
+      }
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  argc = int(args.size());
+  argv = args.data();
   const std::string mode = argc > 1 ? argv[1] : "check";
   if (mode == "check") return run_checks();
   if (mode == "check-decode" || mode == "check-pool") {

@@ -49,6 +49,23 @@ inline Status current_sm90_device(int* sm_count) {
   return Status::Ok();
 }
 
+// Raises the dynamic shared-memory limit of kKernel on the current device, once per device (the
+// attribute belongs to the device's context: a second GPU needs its own call). Not a stream
+// operation, so it is harmless inside graph capture; after the first call on a device it costs an
+// atomic load.
+template <auto kKernel>
+cudaError_t raise_smem_limit(int bytes) {
+  static std::atomic<uint64_t> done{0};  // bit d: set on device d (devices >= 64 always call)
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  const uint64_t bit = device >= 0 && device < 64 ? uint64_t(1) << device : 0;
+  if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
+  e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess && bit != 0) done.fetch_or(bit, std::memory_order_release);
+  return e;
+}
+
 inline void copy_strides(int64_t (&dst)[3], const ActStrides& s) {
   dst[0] = s.batch;
   dst[1] = s.token;

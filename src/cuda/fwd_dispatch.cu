@@ -1,11 +1,161 @@
-// CUDA backend entry: checks the device, picks the kernel shape for the problem and launches it.
-// No allocation, no synchronisation, no host read of device memory: safe inside graph capture.
+// CUDA backend entry: checks the device, picks the plan for the problem (docs/kernel.md, "Plans")
+// and launches it. No allocation, no synchronisation, no host read of device memory: safe inside
+// graph capture.
+#include <algorithm>
+
 #include "../api/backends.h"
 #include "dispatch_common.h"
 #include "sm90/kda_fwd_kernel.cuh"
+#include "sm90/kda_plan.cuh"
+#include "sm90/kda_prepared.h"
 
 namespace flash_kda::cuda {
 
+namespace {
+
+constexpr int64_t kChunk = sm90::KdaDims::kChunk;
+constexpr int64_t kStateBytes = sm90::KdaDims::kDim * sm90::KdaDims::kDim * 4;  // one fp32 128 x 128 state
+// A split never makes segments shorter than this (chunks): each segment costs a chain step
+// (~2 us) and pass 1 and 3 restart latency.
+constexpr int64_t kMinSegmentChunks = 16;
+constexpr size_t kAlign = 256;
+
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+// What the host decides from the sizes it knows; the device refines it per sequence (kda_plan.cuh).
+struct HostPlan {
+  FwdPlan kind = FwdPlan::kFused;
+  int64_t seg_chunks = 0;  // L
+  int64_t max_chunks = 0;  // bound on the sum of every sequence's chunks
+  int64_t max_extra = 0;   // bound on the split segments beyond each sequence's first
+  int slices1 = 1, slices3 = 1;
+  // Workspace layout (byte offsets from the aligned base).
+  size_t off_table = 0, off_prepared = 0, off_segments = 0, bytes = 0;
+};
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The largest power of two s <= 8 with parts * s CTAs fitting one per SM (at least 1).
+int slices_for(int64_t parts, int sm_count) {
+  int s = 1;
+  while (s < 8 && parts * s * 2 <= sm_count) s *= 2;
+  return s;
+}
+
+HostPlan make_plan(const FwdParams& p, int sm_count) {
+  HostPlan h;
+  const int64_t N = num_sequences(p), HV = p.heads_v > 0 ? p.heads_v : p.heads;
+  h.kind = p.plan;
+  if (h.kind == FwdPlan::kAuto) h.kind = N * HV >= sm_count ? FwdPlan::kFused : FwdPlan::kSplit;
+  if (h.kind == FwdPlan::kFused || N == 0) {
+    h.kind = FwdPlan::kFused;
+    return h;
+  }
+  // Sum of ceil(len / 16) over the sequences: at most T / 16 + N packed, B * ceil(T / 16) fixed.
+  h.max_chunks = p.cu_seqlens ? p.seqlen / kChunk + N : N * ceil_div(p.seqlen, kChunk);
+  const int64_t longest = ceil_div(p.seqlen, kChunk);  // no sequence has more chunks
+  h.seg_chunks = longest + 1;                          // no split
+  if (h.kind == FwdPlan::kSplit) {
+    if (p.segment_chunks > 0) {
+      h.seg_chunks = p.segment_chunks;
+    } else {
+      // m segments of one sequence keep HV * (2m - 3) CTAs of 128 rows busy in pass 1: as many as
+      // fit one per SM. Fewer than 3 segments gain nothing.
+      const int64_t m = (sm_count / HV + 3) / 2;
+      if (m >= 3) h.seg_chunks = std::max(kMinSegmentChunks, ceil_div(longest, m));
+    }
+  }
+  if (h.seg_chunks < longest) h.max_extra = h.max_chunks / h.seg_chunks;
+  h.slices1 = slices_for((N + 2 * h.max_extra) * HV, sm_count);
+  h.slices3 = slices_for(std::max<int64_t>(h.max_extra, 1) * HV, sm_count);
+
+  const size_t table = align_up(3 * N * sizeof(int64_t)) + align_up(N) +
+                       sm90::kSeqTableSums * align_up((N + 1) * sizeof(int64_t));
+  h.off_table = 0;
+  h.off_prepared = align_up(table);
+  h.off_segments = h.off_prepared + align_up(size_t(h.max_chunks) * HV * sm90::KdaPrepared::kBytes);
+  h.bytes = h.off_segments + 3 * size_t(h.max_extra) * HV * kStateBytes + kAlign;  // + base alignment
+  return h;
+}
+
+sm90::PlanArgs plan_args(const HostPlan& h, const FwdParams& p) {
+  const int64_t N = num_sequences(p), HV = p.heads_v > 0 ? p.heads_v : p.heads;
+  auto base = reinterpret_cast<unsigned char*>(align_up(reinterpret_cast<uintptr_t>(p.workspace)));
+  sm90::PlanArgs a{};
+  unsigned char* t = base + h.off_table;
+  auto take = [&](size_t bytes) {
+    unsigned char* r = t;
+    t += align_up(bytes);
+    return r;
+  };
+  a.seq.begin = reinterpret_cast<int64_t*>(take(N * sizeof(int64_t)));
+  a.seq.len = reinterpret_cast<int64_t*>(take(N * sizeof(int64_t)));
+  a.seq.slot = reinterpret_cast<int64_t*>(take(N * sizeof(int64_t)));
+  a.seq.zero_init = take(N);
+  int64_t** sums[sm90::kSeqTableSums] = {&a.seq.chunk_off, &a.seq.prep_off, &a.seq.extra_off,
+                                         &a.seq.p1_off,    &a.seq.p3_off,   &a.seq.split_off};
+  for (int64_t** s : sums) *s = reinterpret_cast<int64_t*>(take((N + 1) * sizeof(int64_t)));
+  a.prepared = base + h.off_prepared;
+  auto* seg = reinterpret_cast<float*>(base + h.off_segments);
+  const size_t per = size_t(h.max_extra) * HV * (kStateBytes / 4);
+  a.seg_start = seg, a.seg_r = seg + per, a.seg_p = seg + 2 * per;
+  a.seg_chunks = int(std::min<int64_t>(h.seg_chunks, INT32_MAX));
+  return a;
+}
+
+template <class Launch>
+cudaError_t by_slices(int slices, Launch launch) {
+  switch (slices) {
+    case 1: return launch(std::integral_constant<int, 8>{});
+    case 2: return launch(std::integral_constant<int, 4>{});
+    case 4: return launch(std::integral_constant<int, 2>{});
+    default: return launch(std::integral_constant<int, 1>{});
+  }
+}
+
+Status run_fused(sm90::KdaFwdArgs& a, int64_t pairs, int sm_count, cudaStream_t stream) {
+  // Split the 128 state rows over 1, 2, 4 or 8 CTAs: the rows evolve independently given k,
+  // alpha and beta, so a slice only repeats the producer's preparation (its q/k/g reads hit L2).
+  // More slices while the (sequence, head) pairs alone leave SMs idle; one CTA per SM.
+  const int slices = slices_for(pairs, sm_count);
+  a.slices = slices;
+  const int64_t units = pairs * slices;
+  if (units > INT32_MAX) return {StatusCode::kUnsupported, "q: too many (sequence, head) pairs for one launch"};
+  const cudaError_t e = by_slices(slices, [&](auto nc) { return sm90::launch_kda_fwd<decltype(nc)::value>(a, units, stream); });
+  if (e != cudaSuccess) return cuda_error("kernel launch", e);
+  return Status::Ok();
+}
+
+Status run_prepared(const HostPlan& h, const sm90::KdaFwdArgs& a, const FwdParams& p, cudaStream_t stream) {
+  const int64_t N = num_sequences(p), HV = a.heads_v;
+  sm90::PlanArgs pa = plan_args(h, p);
+  const int64_t prep_ctas = HV * (h.max_chunks / sm90::KdaPrepTraits::kChunksPerCta + N);
+  const int64_t p1_ctas = (N + 2 * h.max_extra) * HV * h.slices1;
+  const int64_t p3_ctas = h.max_extra * HV * h.slices3;
+  const int64_t chain_ctas = (h.max_extra / 2) * HV * (sm90::KdaDims::kDim / sm90::ChainTraits::kRows);
+  for (int64_t c : {prep_ctas, p1_ctas, p3_ctas, chain_ctas})
+    if (c > INT32_MAX) return {StatusCode::kUnsupported, "q: too many chunks for one launch"};
+  cudaError_t e = sm90::launch_kda_plan(a, pa, stream);
+  if (e == cudaSuccess && prep_ctas > 0) e = sm90::launch_kda_prep(a, pa, prep_ctas, stream);
+  if (e == cudaSuccess) {
+    pa.slices = h.slices1;
+    e = by_slices(h.slices1, [&](auto nc) { return sm90::launch_kda_rec<decltype(nc)::value>(a, pa, 1, p1_ctas, stream); });
+  }
+  if (e == cudaSuccess && chain_ctas > 0) e = sm90::launch_kda_chain(a, pa, chain_ctas, stream);
+  if (e == cudaSuccess && p3_ctas > 0) {
+    pa.slices = h.slices3;
+    e = by_slices(h.slices3, [&](auto nc) { return sm90::launch_kda_rec<decltype(nc)::value>(a, pa, 3, p3_ctas, stream); });
+  }
+  if (e != cudaSuccess) return cuda_error("kernel launch", e);
+  return Status::Ok();
+}
+
+int current_sm_count_or(int fallback) {
+  int sm_count = 0;
+  return current_sm90_device(&sm_count).ok() ? sm_count : fallback;
+}
+
+}  // namespace
 
 bool available() {
   int device = 0;
@@ -17,7 +167,12 @@ bool available() {
   return sm90_sm_count(device, &sm_count) == cudaSuccess && sm_count > 0;
 }
 
-size_t workspace_size(const FwdParams&) { return 0; }
+// The plan depends on the SM count of the current device (an H100 or H200 has 132); without one
+// the size for 132 SMs is returned.
+size_t workspace_size(const FwdParams& p) {
+  const HostPlan h = make_plan(p, current_sm_count_or(132));
+  return h.kind == FwdPlan::kFused ? 0 : h.bytes;
+}
 
 Status fwd(const FwdParams& p, cudaStream_t stream) {
   int sm_count = 0;
@@ -44,25 +199,9 @@ Status fwd(const FwdParams& p, cudaStream_t stream) {
   a.state_fp32 = p.state_dtype == DType::kF32;
   a.cu_seqlens_i64 = p.cu_seqlens_dtype == DType::kI64;
 
-  // Split the 128 state rows over 1, 2, 4 or 8 CTAs: the rows evolve independently given k,
-  // alpha and beta, so a slice only repeats the producer's preparation (its q/k/g reads hit L2).
-  // More slices while the (sequence, head) pairs alone leave SMs idle; one CTA per SM.
-  const int64_t pairs = N * HV;
-  int slices = 1;
-  while (slices < 8 && pairs * slices * 2 <= sm_count) slices *= 2;
-  a.slices = slices;
-  const int64_t units = pairs * slices;
-  if (units > INT32_MAX) return {StatusCode::kUnsupported, "q: too many (sequence, head) pairs for one launch"};
-
-  cudaError_t e;
-  switch (slices) {
-    case 1: e = sm90::launch_kda_fwd<8>(a, units, stream); break;
-    case 2: e = sm90::launch_kda_fwd<4>(a, units, stream); break;
-    case 4: e = sm90::launch_kda_fwd<2>(a, units, stream); break;
-    default: e = sm90::launch_kda_fwd<1>(a, units, stream); break;
-  }
-  if (e != cudaSuccess) return cuda_error("kernel launch", e);
-  return Status::Ok();
+  const HostPlan h = make_plan(p, sm_count);
+  if (h.kind == FwdPlan::kFused) return run_fused(a, N * HV, sm_count, stream);
+  return run_prepared(h, a, p, stream);
 }
 
 }  // namespace flash_kda::cuda

@@ -203,7 +203,11 @@ TEST_F(ValidateDirectly, RejectsWhatTheKernelsCannotDo) {
   cfg.head_dim_k = cfg.head_dim_v = 128;
   const Problem pb(cfg, rng_);
   Result r = poisoned_result(pb);
-  const FwdParams good = cuda_params(pb, r);
+  FwdParams good = cuda_params(pb, r);
+  // Few (sequence, head) pairs: the CUDA plan needs scratch memory (never touched by validate).
+  std::vector<unsigned char> scratch(workspace_size(good));
+  good.workspace = scratch.data();
+  good.workspace_bytes = scratch.size();
   const Status ok = validate(good);
   ASSERT_TRUE(ok.ok()) << ok.message;
 

@@ -7,6 +7,11 @@
 //   step 3   O^T = Xq + U^T M^T                                  -> out (bf16)
 //   step 4   S  = S Diag(gamma) + U^T k_dec                      [16 x 128], k = 16 tokens
 //
+// What the rows start from, whether v enters, where they end and which chunks they walk are set per
+// CTA by a RowsIO (kda_fwd_scheduler.cuh): the fused kernel and a sequence's real rows start from
+// the initial state and write out and the final state; the split plan's transition rows start
+// from the identity with v = 0 and its zero-start rows from zeros, and neither writes out.
+//
 // Channel order: an accumulator tile holds columns (2t, 2t+1) in lane t of a quad, while a tf32
 // A fragment wants k positions (t, t+4). Reading accumulator columns 2t, 2t+1 as k positions t,
 // t+4 is a permutation of the contraction index inside each 8-block; every B operand is loaded
@@ -24,41 +29,47 @@ namespace flash_kda::cuda::sm90 {
 
 template <class Tr>
 struct KdaConsumer {
-  using Smem = typename Tr::Smem;
+  using Stage = typename Tr::Stage;
   static constexpr int C = Tr::kChunk;
   static constexpr int D = Tr::kDim;
   static constexpr int kTiles = D / 8;  // n8 tiles of the state
 
   const KdaFwdArgs& a;
   const WorkUnit& w;
-  Smem& sm;
+  const RowsIO& io;
+  const Stage* stages;
+  uint16_t (*out_stage)[C][16];
   int cwarp, lane, g, t4;
-  int nchunks;
 
-  __device__ KdaConsumer(const KdaFwdArgs& args, const WorkUnit& work, Smem& smem, int warp, int ln)
-      : a(args), w(work), sm(smem), cwarp(warp), lane(ln), g(ln >> 2), t4(ln & 3),
-        nchunks(int((work.len + C - 1) / C)) {}
-
-  __device__ int64_t state_offset() const {  // element offset of this warp's first state row
-    return ((w.slot * a.heads_v + w.hv) * D + w.slice * Tr::kVRows + cwarp * 16) * D;
-  }
+  __device__ KdaConsumer(const KdaFwdArgs& args, const WorkUnit& work, const RowsIO& rows, const Stage* stage_ring,
+                         uint16_t (*out_staging)[C][16], int warp, int ln)
+      : a(args), w(work), io(rows), stages(stage_ring), out_stage(out_staging), cwarp(warp), lane(ln), g(ln >> 2),
+        t4(ln & 3) {}
 
   __device__ void load_state(float (&S)[kTiles][4]) const {
-    if (a.initial_state == nullptr || w.zero_init) {
+    if (io.init == nullptr) {
+      // Zeros, or the identity: row r of the slice is e_r (the transition rows start as I).
+      const int r0 = io.row0 + cwarp * 16 + g;
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j) S[j][0] = S[j][1] = S[j][2] = S[j][3] = 0.f;
+      for (int j = 0; j < kTiles; ++j) {
+        const int c = 8 * j + 2 * t4;
+        S[j][0] = io.identity && r0 == c ? 1.f : 0.f;
+        S[j][1] = io.identity && r0 == c + 1 ? 1.f : 0.f;
+        S[j][2] = io.identity && r0 + 8 == c ? 1.f : 0.f;
+        S[j][3] = io.identity && r0 + 8 == c + 1 ? 1.f : 0.f;
+      }
       return;
     }
-    const int64_t base = state_offset();
+    const int64_t base = io.init_offset + int64_t(cwarp) * 16 * D;
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
       const int64_t o0 = base + int64_t(g) * D + 8 * j + 2 * t4, o1 = o0 + 8 * D;
-      if (a.state_fp32) {
-        const float* s = static_cast<const float*>(a.initial_state);
+      if (io.init_fp32) {
+        const float* s = static_cast<const float*>(io.init);
         const float2 lo = *reinterpret_cast<const float2*>(s + o0), hi = *reinterpret_cast<const float2*>(s + o1);
         S[j][0] = lo.x, S[j][1] = lo.y, S[j][2] = hi.x, S[j][3] = hi.y;
       } else {
-        const __nv_bfloat16* s = static_cast<const __nv_bfloat16*>(a.initial_state);
+        const __nv_bfloat16* s = static_cast<const __nv_bfloat16*>(io.init);
         const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(s + o0));
         const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(s + o1));
         S[j][0] = lo.x, S[j][1] = lo.y, S[j][2] = hi.x, S[j][3] = hi.y;
@@ -67,17 +78,17 @@ struct KdaConsumer {
   }
 
   __device__ void store_state(const float (&S)[kTiles][4]) const {
-    if (a.final_state == nullptr) return;
-    const int64_t base = state_offset();
+    if (io.dst == nullptr) return;
+    const int64_t base = io.dst_offset + int64_t(cwarp) * 16 * D;
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
       const int64_t o0 = base + int64_t(g) * D + 8 * j + 2 * t4, o1 = o0 + 8 * D;
-      if (a.state_fp32) {
-        float* s = static_cast<float*>(a.final_state);
+      if (io.dst_fp32) {
+        float* s = static_cast<float*>(io.dst);
         *reinterpret_cast<float2*>(s + o0) = make_float2(S[j][0], S[j][1]);
         *reinterpret_cast<float2*>(s + o1) = make_float2(S[j][2], S[j][3]);
       } else {
-        __nv_bfloat16* s = static_cast<__nv_bfloat16*>(a.final_state);
+        __nv_bfloat16* s = static_cast<__nv_bfloat16*>(io.dst);
         *reinterpret_cast<__nv_bfloat162*>(s + o0) = __floats2bfloat162_rn(S[j][0], S[j][1]);
         *reinterpret_cast<__nv_bfloat162*>(s + o1) = __floats2bfloat162_rn(S[j][2], S[j][3]);
       }
@@ -91,21 +102,36 @@ struct KdaConsumer {
   }
 
   __device__ void run() {
+    if (io.write_out) {
+      walk<true>();
+    } else {
+      walk<false>();
+    }
+  }
+
+  // kOut: the rows produce out (q_tilde and M are read); otherwise only the state advances.
+  template <bool kOut>
+  __device__ void walk() {
     float S[kTiles][4];
     load_state(S);  // the whole slice is read before anything is written: in-place updates are safe
     const int vrow = cwarp * 16 + g;  // this lane's first state row within the CTA's slice
+    const int nchunks = io.nchunks;
     for (int i = 0; i < nchunks; ++i) {
       const int s = i % Tr::kStages;
       ptx::bar_sync(Tr::kBarFull0 + s, Tr::kHandoffThreads);
-      const typename Tr::Stage& st = sm.stage[s];
+      const Stage& st = stages[s];
 
       // step 1: xk = S k_tilde^T - v^T, xq = S q_tilde^T. Even and odd channel blocks of xk (needed
       // first) go to separate accumulators: six independent MMA chains instead of four.
       float xk[2][4], xq[2][4], xk_odd[2][4] = {};
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
-        const float2 lo = pair(st.neg_v_t, vrow, 8 * n + 2 * t4), hi = pair(st.neg_v_t, vrow + 8, 8 * n + 2 * t4);
-        xk[n][0] = lo.x, xk[n][1] = lo.y, xk[n][2] = hi.x, xk[n][3] = hi.y;
+        if (io.has_v) {
+          const float2 lo = pair(st.neg_v_t, vrow, 8 * n + 2 * t4), hi = pair(st.neg_v_t, vrow + 8, 8 * n + 2 * t4);
+          xk[n][0] = lo.x, xk[n][1] = lo.y, xk[n][2] = hi.x, xk[n][3] = hi.y;
+        } else {
+          xk[n][0] = xk[n][1] = xk[n][2] = xk[n][3] = 0.f;
+        }
         xq[n][0] = xq[n][1] = xq[n][2] = xq[n][3] = 0.f;
       }
 #pragma unroll
@@ -114,12 +140,14 @@ struct KdaConsumer {
         const float a2 = ptx::round_tf32(S[j][1]), a3 = ptx::round_tf32(S[j][3]);
         // (tokens g, g + 8) x (channels 2t, 2t + 1): the B pairs of both token halves.
         const float4 bk = *reinterpret_cast<const float4*>(&st.k_tilde[g][2 * (8 * j + 2 * t4)]);
-        const float4 bq = *reinterpret_cast<const float4*>(&st.q_tilde[g][2 * (8 * j + 2 * t4)]);
         float(&ck)[2][4] = j % 2 ? xk_odd : xk;
         ptx::mma_tf32(ck[0], a0, a1, a2, a3, bk.x, bk.z);
         ptx::mma_tf32(ck[1], a0, a1, a2, a3, bk.y, bk.w);
-        ptx::mma_tf32(xq[0], a0, a1, a2, a3, bq.x, bq.z);
-        ptx::mma_tf32(xq[1], a0, a1, a2, a3, bq.y, bq.w);
+        if constexpr (kOut) {
+          const float4 bq = *reinterpret_cast<const float4*>(&st.q_tilde[g][2 * (8 * j + 2 * t4)]);
+          ptx::mma_tf32(xq[0], a0, a1, a2, a3, bq.x, bq.z);
+          ptx::mma_tf32(xq[1], a0, a1, a2, a3, bq.y, bq.w);
+        }
       }
 #pragma unroll
       for (int n = 0; n < 2; ++n)
@@ -146,13 +174,15 @@ struct KdaConsumer {
       }
 
       // step 3: O^T = xq + U^T M^T
+      if constexpr (kOut) {
 #pragma unroll
-      for (int kk = 0; kk < 2; ++kk)
+        for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
-        for (int n = 0; n < 2; ++n) {
-          const float2 b = pair(st.m, 8 * n + g, 8 * kk + 2 * t4);
-          ptx::mma_tf32(xq[n], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
-        }
+          for (int n = 0; n < 2; ++n) {
+            const float2 b = pair(st.m, 8 * n + g, 8 * kk + 2 * t4);
+            ptx::mma_tf32(xq[n], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
+          }
+      }
 
       // step 4: S = S Diag(gamma) + U^T k_dec
 #pragma unroll
@@ -167,7 +197,7 @@ struct KdaConsumer {
       }
       if (i + Tr::kStages < nchunks) ptx::bar_arrive(Tr::kBarEmpty0 + s, Tr::kHandoffThreads);
 
-      store_output(xq, i);
+      if constexpr (kOut) store_output(xq, io.chunk0 + i);
     }
     store_state(S);
   }
@@ -175,7 +205,7 @@ struct KdaConsumer {
   // Stages the warp's 16 rows x 16 tokens of O^T through shared memory so that every lane writes
   // 16 contiguous bytes (8 value channels of one token).
   __device__ void store_output(const float (&o)[2][4], int i) {
-    uint16_t(*stage)[16] = sm.out_stage[cwarp];
+    uint16_t(*stage)[16] = out_stage[cwarp];
     __syncwarp();
 #pragma unroll
     for (int n = 0; n < 2; ++n) {

@@ -17,9 +17,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) kda_fwd_kernel(const __grid_c
   if (work.skip) return;  // uniform over the CTA, before any barrier
   const int warp = threadIdx.x >> 5;
   if (warp < Tr::kProducerWarps) {
-    KdaProducer<Tr>(args, work, sm, warp / 4, threadIdx.x % Tr::kGroupThreads).run();
+    const int group = warp / 4;
+    KdaProducer<Tr>(args, work, sm.group[group], group, threadIdx.x % Tr::kGroupThreads).run(sm.stage);
   } else {
-    KdaConsumer<Tr>(args, work, sm, warp - Tr::kProducerWarps, threadIdx.x & 31).run();
+    const RowsIO io = whole_sequence_rows(args, work, Tr::kVRows);
+    KdaConsumer<Tr>(args, work, io, sm.stage, sm.out_stage, warp - Tr::kProducerWarps, threadIdx.x & 31).run();
   }
 }
 

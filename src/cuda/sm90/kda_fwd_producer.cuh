@@ -10,9 +10,14 @@
 // With chunk-start references, 2^{-G_t} <= 2^{115.4} and 2^{G_t} >= 2^{-115.4} for
 // lower_bound >= -5, so every factor is a normal fp32/tf32 number; masked entries are selected
 // away, never multiplied by zero.
+//
+// Where the prepared chunk goes is a policy (a "sink"): the fused kernel writes it into a ring
+// stage its consumers read (StageSink); the preparation pass writes it to the workspace in the
+// compact form of KdaPrepared (WorkspaceSink, kda_prep.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "../common/ptx.cuh"
 #include "kda_fwd_scheduler.cuh"
@@ -21,6 +26,33 @@
 namespace flash_kda::cuda::sm90 {
 
 __device__ __forceinline__ float bf16_bits_to_float(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
+
+// The fused kernel's sink: the prepared chunk lands in a shared-memory ring stage, rounded to tf32.
+template <class Stage>
+struct StageSink {
+  Stage& st;
+  __device__ const float (*k_tilde() const)[KdaDims::kPitchKI] { return st.k_tilde; }
+  __device__ const float (*q_tilde() const)[KdaDims::kPitchKI] { return st.q_tilde; }
+  // Tokens t and t + 8 of channel c (one interleaved 8-byte store each).
+  __device__ void kq(int t, int c, const float (&k)[2], const float (&q)[2]) const {
+    *reinterpret_cast<float2*>(&st.k_tilde[t][2 * c]) = make_float2(ptx::round_tf32(k[0]), ptx::round_tf32(k[1]));
+    *reinterpret_cast<float2*>(&st.q_tilde[t][2 * c]) = make_float2(ptx::round_tf32(q[0]), ptx::round_tf32(q[1]));
+  }
+  __device__ void k_dec(int c, const float (&kd)[KdaDims::kChunk]) const {
+#pragma unroll
+    for (int t = 0; t < KdaDims::kChunk; t += 4)
+      *reinterpret_cast<float4*>(&st.k_dec_t[c][t]) = make_float4(ptx::round_tf32(kd[t]), ptx::round_tf32(kd[t + 1]),
+                                                                   ptx::round_tf32(kd[t + 2]), ptx::round_tf32(kd[t + 3]));
+  }
+  __device__ void gamma(int c, float g) const { st.gamma[c] = g; }
+  __device__ void neg_v(int c, const float (&nv)[KdaDims::kChunk]) const {
+#pragma unroll
+    for (int t = 0; t < KdaDims::kChunk; t += 4)
+      *reinterpret_cast<float4*>(&st.neg_v_t[c][t]) = make_float4(nv[t], nv[t + 1], nv[t + 2], nv[t + 3]);
+  }
+  __device__ void m(int t, int s, float x) const { st.m[t][s] = ptx::round_tf32(x); }
+  __device__ void neg_t(int t, int s, float x) const { st.neg_t[t][s] = ptx::round_tf32(x); }
+};
 
 template <class Tr>
 struct KdaProducer {
@@ -32,22 +64,22 @@ struct KdaProducer {
   static constexpr int kGroups = Tr::kProducerGroups;
   // cp.async vectors (8 bf16) per thread and chunk: q, k, g rows of 128 channels, v rows of kVRows.
   static constexpr int kQkgVecs = C * D / 8 / P;
-  static constexpr int kVVecs = (C * Tr::kVRows / 8 + P - 1) / P;
+  static constexpr int kVVecs = Tr::kLoadV ? (C * Tr::kVRows / 8 + P - 1) / P : 0;
+  static constexpr int kVRowVecs = Tr::kLoadV ? Tr::kVRows / 8 : 1;  // 16-byte vectors of one v row
 
   const KdaFwdArgs& a;
   const WorkUnit& w;
-  typename Tr::Stage* stages;
   Group& grp;
   int gidx;  // which producer group: prepares chunks gidx, gidx + kGroups, ...
   int ptid;  // 0 .. kGroupThreads-1
   int nchunks;
   // Per-thread source pointers of the vectors this thread copies (the (token, column) a thread
   // copies is the same in every chunk; only the chunk offset changes).
-  const uint16_t *q_src[kQkgVecs], *k_src[kQkgVecs], *g_src[kQkgVecs], *v_src[kVVecs];
+  const uint16_t *q_src[kQkgVecs], *k_src[kQkgVecs], *g_src[kQkgVecs], *v_src[kVVecs > 0 ? kVVecs : 1];
   const uint16_t* beta_src;
 
-  __device__ KdaProducer(const KdaFwdArgs& args, const WorkUnit& work, Smem& smem, int group, int tid)
-      : a(args), w(work), stages(smem.stage), grp(smem.group[group]), gidx(group), ptid(tid),
+  __device__ KdaProducer(const KdaFwdArgs& args, const WorkUnit& work, Group& group_smem, int group, int tid)
+      : a(args), w(work), grp(group_smem), gidx(group), ptid(tid),
         nchunks(int((work.len + C - 1) / C)) {
     const int hq = w.hv / a.group;
     const uint16_t* q_base = a.q + w.row * a.q_s[0] + w.begin * a.q_s[1] + hq * a.q_s[2];
@@ -64,7 +96,7 @@ struct KdaProducer {
     }
 #pragma unroll
     for (int m = 0; m < kVVecs; ++m) {
-      const int idx = ptid + m * P, t = idx / (Tr::kVRows / 8), col = (idx % (Tr::kVRows / 8)) * 8;
+      const int idx = ptid + m * P, t = idx / kVRowVecs, col = (idx % kVRowVecs) * 8;
       v_src[m] = v_base + t * a.v_s[1] + col;
     }
     beta_src = a.beta + w.row * a.beta_s[0] + (w.begin + ptid) * a.beta_s[1] + int64_t(w.hv) * a.beta_s[2];
@@ -73,9 +105,10 @@ struct KdaProducer {
   __device__ void group_sync() const { ptx::bar_sync(Tr::kBarGroup0 + gidx, P); }
 
   // Issues the cp.async copies of chunk i (q, k, g: all channels; v: this CTA's rows) into the
-  // group's raw buffer `buf`; tokens past the end are zero-filled. Always commits one group.
-  __device__ void load_raw(int i, int buf) {
-    if (i < nchunks) {
+  // group's raw buffer `buf` if i < limit; tokens past the end are zero-filled. Always commits one
+  // group.
+  __device__ void load_raw(int i, int buf, int limit) {
+    if (i < limit) {
       typename Tr::Raw& raw = grp.raw[buf];
       const int64_t t0 = int64_t(i) * C;
 #pragma unroll
@@ -90,7 +123,7 @@ struct KdaProducer {
       }
 #pragma unroll
       for (int m = 0; m < kVVecs; ++m) {
-        const int idx = ptid + m * P, t = idx / (Tr::kVRows / 8), col = (idx % (Tr::kVRows / 8)) * 8;
+        const int idx = ptid + m * P, t = idx / kVRowVecs, col = (idx % kVRowVecs) * 8;
         if (idx < C * Tr::kVRows / 8) {
           const bool valid = t0 + t < w.len;
           ptx::cp_async_16(&raw.v[t][col], valid ? v_src[m] + t0 * a.v_s[1] : v_src[m], valid ? 16 : 0);
@@ -100,54 +133,75 @@ struct KdaProducer {
     ptx::cp_async_commit();
   }
 
-  __device__ float load_beta(int i) const {
+  __device__ float load_beta(int i, int limit) const {
     const int64_t t = int64_t(i) * C + ptid;
-    return (ptid < C && i < nchunks && t < w.len) ? bf16_bits_to_float(beta_src[int64_t(i) * C * a.beta_s[1]])
+    return (ptid < C && i < limit && t < w.len) ? bf16_bits_to_float(beta_src[int64_t(i) * C * a.beta_s[1]])
                                                   : 0.f;
   }
 
-  __device__ void run() {
-    constexpr float kLog2e = 1.4426950408889634f;
-    // -exp(A_log) * (g + dt_bias) * log2(e) = g * gate_mul + gate_add: one FMA per element.
-    const float gate_mul = -expf(a.A_log[w.hv]) * kLog2e;
-    const float gate_add = gate_mul * a.dt_bias[w.hv * D + ptid];
-    load_raw(gidx, 0);
-    float beta_next = load_beta(gidx);
+  __device__ float gate_mul() const { return -expf(a.A_log[w.hv]) * 1.4426950408889634f; }
 
-    for (int n = 0, i = gidx; i < nchunks; ++n, i += kGroups) {
-      const int s = i % Tr::kStages;
-      const int valid = int(min(int64_t(C), w.len - int64_t(i) * C));
+  // Chunk i's gates, norms and tiles into `sink` (the group's raw buffer `raw` holds its inputs and
+  // is visible to the whole group). Ends with the group synchronised and the chunk complete.
+  // `before_tiles` runs once the norms are visible, before the first write to the sink (the fused
+  // kernel waits there for its ring stage to be free).
+  template <class Sink, class BeforeTiles>
+  __device__ void prepare(const typename Tr::Raw& raw, int i, float beta_raw, float gmul, float gadd,
+                          const Sink& sink, BeforeTiles before_tiles) {
+    const int valid = int(min(int64_t(C), w.len - int64_t(i) * C));
+    norms(raw, valid, beta_raw);
+    float G[C];
+    gate_prefix(raw, valid, gmul, gadd, G);
+    group_sync();  // norms are visible
+    before_tiles();
+    tiles(raw, sink, G);
+    group_sync();
+    // Warp 0 computes A and goes straight on to the inverse, which needs nothing else; warps 2
+    // and 3 compute M meanwhile (warp 1 has no work here).
+    const int warp = ptid >> 5;
+    if (warp == 0) {
+      l_matrix(sink);
+      __syncwarp();
+      inverse(sink);
+    } else if (warp >= 2) {
+      m_matrix(sink, warp - 2);
+    }
+    group_sync();  // (racecheck does not treat a fenced bar.arrive as ordering the writes before it)
+  }
+
+  // Prepares chunks first, first + step, ... < limit, each after its raw tiles arrive (the next
+  // one's copies are issued first); `sink_of(i)` gives chunk i's sink and `before_tiles(i)` runs as
+  // in prepare(), `done(i)` after it.
+  template <class SinkOf, class Before, class Done>
+  __device__ void run_chunks(int first, int step, int limit, SinkOf sink_of, Before before_tiles, Done done) {
+    // -exp(A_log) * (g + dt_bias) * log2(e) = g * gate_mul + gate_add: one FMA per element.
+    const float gmul = gate_mul();
+    const float gadd = gmul * a.dt_bias[w.hv * D + ptid];
+    load_raw(first, 0, limit);
+    float beta_next = load_beta(first, limit);
+    for (int n = 0, i = first; i < limit; ++n, i += step) {
       // The buffer of the next own chunk was last read in the previous iteration, which ended
       // with group barriers; prefetch into it now.
-      load_raw(i + kGroups, (n + 1) % Tr::kRawStages);
+      load_raw(i + step, (n + 1) % Tr::kRawStages, limit);
       const float beta_raw = beta_next;
-      beta_next = load_beta(i + kGroups);
+      beta_next = load_beta(i + step, limit);
       ptx::cp_async_wait<1>();
       group_sync();  // chunk i's raw tiles are visible to the whole group
-      const typename Tr::Raw& raw = grp.raw[n % Tr::kRawStages];
-
-      norms(raw, valid, beta_raw);
-      float G[C];
-      gate_prefix(raw, valid, gate_mul, gate_add, G);
-      group_sync();  // norms are visible
-      if (i >= Tr::kStages) ptx::bar_sync(Tr::kBarEmpty0 + s, Tr::kHandoffThreads);  // stage s released
-      typename Tr::Stage& st = stages[s];
-      tiles(raw, st, G);
-      group_sync();
-      // Warp 0 computes A and goes straight on to the inverse, which needs nothing else; warps 2
-      // and 3 compute M meanwhile (warp 1 has no work here).
-      const int warp = ptid >> 5;
-      if (warp == 0) {
-        l_matrix(st);
-        __syncwarp();
-        inverse(st);
-      } else if (warp >= 2) {
-        m_matrix(st, warp - 2);
-      }
-      group_sync();  // (racecheck does not treat a fenced bar.arrive as ordering the writes before it)
-      ptx::bar_arrive(Tr::kBarFull0 + s, Tr::kHandoffThreads);
+      prepare(grp.raw[n % Tr::kRawStages], i, beta_raw, gmul, gadd, sink_of(i), [&] { before_tiles(i); });
+      done(i);
     }
     ptx::cp_async_wait<0>();
+  }
+
+  // The fused kernel's producer group: chunks gidx, gidx + kGroups, ... into the ring.
+  template <class Stage>
+  __device__ void run(Stage* stages) {
+    run_chunks(
+        gidx, kGroups, nchunks, [&](int i) { return StageSink<Stage>{stages[i % Tr::kStages]}; },
+        [&](int i) {  // stage i % kStages released by the consumers of chunk i - kStages
+          if (i >= Tr::kStages) ptx::bar_sync(Tr::kBarEmpty0 + i % Tr::kStages, Tr::kHandoffThreads);
+        },
+        [&](int i) { ptx::bar_arrive(Tr::kBarFull0 + i % Tr::kStages, Tr::kHandoffThreads); });
   }
 
   // P1: kGroupThreads / 16 threads per token, reduced with shuffles inside the warp.
@@ -199,7 +253,8 @@ struct KdaProducer {
   // P2b: the decayed tiles of this thread's channel. Every shared-memory load comes before the
   // first store: the compiler cannot prove the raw and stage tiles apart, and a store between
   // loads would serialise the 16 otherwise independent token chains.
-  __device__ void tiles(const typename Tr::Raw& raw, typename Tr::Stage& st, const float (&G)[C]) {
+  template <class Sink>
+  __device__ void tiles(const typename Tr::Raw& raw, const Sink& sink, const float (&G)[C]) {
     const int c = ptid;
     float k_hat[C], q_hat[C], nv[C];
 #pragma unroll
@@ -211,47 +266,43 @@ struct KdaProducer {
       for (int j = 0; j < 4; ++j) {
         k_hat[t + j] = bf16_bits_to_float(raw.k[t + j][c]) * rk_[j];
         q_hat[t + j] = bf16_bits_to_float(raw.q[t + j][c]) * rq_[j];
-        nv[t + j] = c < Tr::kVRows ? -bf16_bits_to_float(raw.v[t + j][c]) : 0.f;
+        if constexpr (Tr::kLoadV) nv[t + j] = c < Tr::kVRows ? -bf16_bits_to_float(raw.v[t + j][c]) : 0.f;
       }
     }
     const float gamma = ptx::ex2(G[C - 1]);
     float k_dec[C];
 #pragma unroll
-    for (int t = 0; t < C / 2; ++t) {  // tokens t and t + 8 share one interleaved 8-byte store
+    for (int t = 0; t < C / 2; ++t) {  // tokens t and t + 8 share one interleaved store
       float k_til[2], q_til[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int u = t + h * C / 2;
         const float e = ptx::ex2(G[u]);   // in [2^-115.4, 1]
         const float r = ptx::ex2(-G[u]);  // in [1, 2^115.4]; independent of e (no MUFU chain)
-        k_til[h] = ptx::round_tf32(k_hat[u] * e);
-        q_til[h] = ptx::round_tf32(q_hat[u] * e);
+        k_til[h] = k_hat[u] * e;
+        q_til[h] = q_hat[u] * e;
         grp.k_bar[u][c] = ptx::round_tf32(k_hat[u] * r);
-        k_dec[u] = ptx::round_tf32(k_hat[u] * (gamma * r));  // gamma <= e, so the factor is <= 1
+        k_dec[u] = k_hat[u] * (gamma * r);  // gamma <= e, so the factor is <= 1
       }
-      *reinterpret_cast<float2*>(&st.k_tilde[t][2 * c]) = make_float2(k_til[0], k_til[1]);
-      *reinterpret_cast<float2*>(&st.q_tilde[t][2 * c]) = make_float2(q_til[0], q_til[1]);
+      sink.kq(t, c, k_til, q_til);
     }
-    st.gamma[c] = gamma;
-#pragma unroll
-    for (int t = 0; t < C; t += 4)
-      *reinterpret_cast<float4*>(&st.k_dec_t[c][t]) = make_float4(k_dec[t], k_dec[t + 1], k_dec[t + 2], k_dec[t + 3]);
-    if (c < Tr::kVRows) {
-#pragma unroll
-      for (int t = 0; t < C; t += 4)
-        *reinterpret_cast<float4*>(&st.neg_v_t[c][t]) = make_float4(nv[t], nv[t + 1], nv[t + 2], nv[t + 3]);
+    sink.gamma(c, gamma);
+    sink.k_dec(c, k_dec);
+    if constexpr (Tr::kLoadV) {
+      if (c < Tr::kVRows) sink.neg_v(c, nv);
     }
   }
 
   // P3a (warp 0): L = diag(beta) * strict_lower(k_tilde k_bar^T), both 8-column halves, over the
   // 128 channels in eight independent accumulator chains; stored transposed for the inverse.
-  __device__ void l_matrix(const typename Tr::Stage& st) {
+  template <class Sink>
+  __device__ void l_matrix(const Sink& sink) {
     const int lane = ptid & 31, g = lane >> 2, t4 = lane & 3;
     float acc[2][4][4] = {};
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       // (rows g, g + 8) x (channels 2t, 2t + 1) in one load: exactly the A fragment a0..a3.
-      const float4 a4 = *reinterpret_cast<const float4*>(&st.k_tilde[g][2 * (8 * j + 2 * t4)]);
+      const float4 a4 = *reinterpret_cast<const float4*>(&sink.k_tilde()[g][2 * (8 * j + 2 * t4)]);
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
         const float2 b = *reinterpret_cast<const float2*>(&grp.k_bar[8 * n + g][8 * j + 2 * t4]);
@@ -269,12 +320,13 @@ struct KdaProducer {
   }
 
   // P3b (warps 2, 3): the 8-column half `half` of M = lower(q_tilde k_bar^T).
-  __device__ void m_matrix(typename Tr::Stage& st, int half) {
+  template <class Sink>
+  __device__ void m_matrix(const Sink& sink, int half) {
     const int lane = ptid & 31, g = lane >> 2, t4 = lane & 3, n0 = 8 * half;
     float acc[4][4] = {};
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
-      const float4 a4 = *reinterpret_cast<const float4*>(&st.q_tilde[g][2 * (8 * j + 2 * t4)]);
+      const float4 a4 = *reinterpret_cast<const float4*>(&sink.q_tilde()[g][2 * (8 * j + 2 * t4)]);
       const float2 b = *reinterpret_cast<const float2*>(&grp.k_bar[n0 + g][8 * j + 2 * t4]);
       ptx::mma_tf32(acc[j % 4], a4.x, a4.y, a4.z, a4.w, b.x, b.y);
     }
@@ -282,14 +334,15 @@ struct KdaProducer {
     for (int r = 0; r < 4; ++r) {
       const float sum = (acc[0][r] + acc[1][r]) + (acc[2][r] + acc[3][r]);
       const int t = g + (r >= 2 ? 8 : 0), s = n0 + 2 * t4 + (r & 1);
-      st.m[t][s] = s <= t ? ptx::round_tf32(sum) : 0.f;
+      sink.m(t, s, s <= t ? sum : 0.f);
     }
   }
 
   // P4: lanes 0..15 of warp 0 each solve one column j of X = (I + L)^{-1} (L strictly lower), then
   // -T[t][j] = -X[t][j] * beta_j. Accumulating L[t][s] x_s for all t > s right after x_s is known
   // keeps the dependent chain at one FMA per step.
-  __device__ void inverse(typename Tr::Stage& st) {
+  template <class Sink>
+  __device__ void inverse(const Sink& sink) {
     const int j = ptid;
     if (j >= C) return;
     float x[C], acc[C];
@@ -310,7 +363,7 @@ struct KdaProducer {
     }
     const float beta_j = grp.beta[j];
 #pragma unroll
-    for (int t = 0; t < C; ++t) st.neg_t[t][j] = ptx::round_tf32(-x[t] * beta_j);
+    for (int t = 0; t < C; ++t) sink.neg_t(t, j, -x[t] * beta_j);
   }
 };
 

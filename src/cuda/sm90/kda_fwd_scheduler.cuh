@@ -18,6 +18,43 @@ struct WorkUnit {
   bool zero_init; // start from zeros instead of the slot (has_initial_state[n] == 0)
 };
 
+// What one CTA's consumers do with their kVRows rows (row0 = the slice's first row within 128).
+struct RowsIO {
+  const void* init;     // state to start from; nullptr: zeros, or the identity with `identity`
+  void* dst;            // where the rows end; nullptr: nowhere
+  int64_t init_offset;  // element offset of row row0 in init / dst
+  int64_t dst_offset;
+  int row0;
+  int chunk0;   // first chunk of the walk within the sequence
+  int nchunks;  // chunks walked
+  bool init_fp32, dst_fp32;
+  bool identity;  // transition rows: start from I
+  bool has_v;     // the delta rule's v enters (false for transition rows)
+  bool write_out; // the rows produce out
+};
+
+// Element offset of row `row` of slot `slot`, head hv in a [*, HV, 128, 128] state tensor.
+__device__ __forceinline__ int64_t state_row_offset(int64_t slot, int heads_v, int hv, int row) {
+  return ((slot * heads_v + hv) * KdaDims::kDim + row) * KdaDims::kDim;
+}
+
+// The fused kernel's rows: from initial_state (zeros without it or with has_initial_state == 0) to
+// final_state over the whole sequence, writing out.
+__device__ __forceinline__ RowsIO whole_sequence_rows(const KdaFwdArgs& a, const WorkUnit& w, int rows) {
+  RowsIO io;
+  io.row0 = w.slice * rows;
+  io.init = (a.initial_state != nullptr && !w.zero_init) ? a.initial_state : nullptr;
+  io.dst = a.final_state;
+  io.init_offset = io.dst_offset = state_row_offset(w.slot, a.heads_v, w.hv, io.row0);
+  io.init_fp32 = io.dst_fp32 = a.state_fp32;
+  io.chunk0 = 0;
+  io.nchunks = int((w.len + KdaDims::kChunk - 1) / KdaDims::kChunk);
+  io.identity = false;
+  io.has_v = true;
+  io.write_out = true;
+  return io;
+}
+
 __device__ __forceinline__ int64_t load_cu_seqlen(const KdaFwdArgs& a, int i) {
   return a.cu_seqlens_i64 ? static_cast<const int64_t*>(a.cu_seqlens)[i]
                           : static_cast<int64_t>(static_cast<const int32_t*>(a.cu_seqlens)[i]);

@@ -42,15 +42,80 @@ struct KdaFwdArgs {
   bool cu_seqlens_i64;
 };
 
-template <int kConsumerWarps_>
-struct KdaFwdTraits {
-  static constexpr int kDim = 128;  // K = V
+// Sizes shared by every kernel of the forward (fused, preparation, recurrence).
+struct KdaDims {
+  static constexpr int kDim = 128;   // K = V
   static constexpr int kChunk = 16;  // tokens per chunk: |lower_bound| * 16 * log2(e) <= 115.4 < 126
+  static constexpr int kGroupThreads = 128;  // one producer/loader thread per channel
+  // Row pitches (floats) chosen so that the 8-byte fragment loads of a half-warp (rows g = 0..3,
+  // columns 2t..2t+1) hit 16 distinct bank pairs: pitch mod 32 = 8 or 24.
+  static constexpr int kPitchK = kDim + 8;  // [token][channel] tiles
+  // Token-interleaved tiles hold element (t, c) at [t % 8][2c + t / 8]: the four values a tf32 A
+  // fragment needs (rows g and g + 8, channels 2t and 2t + 1), or the B pairs of both token
+  // halves, are then one 16-byte load. A pitch of 272 (16 mod 32 banks) keeps a quarter-warp's
+  // 16-byte loads conflict-free.
+  static constexpr int kPitchKI = 2 * kDim + 16;
+  static constexpr int kPitchT = kChunk + 8;  // [channel][token] and [token][token] tiles
+};
+
+// One prepared chunk of one value head as the preparation pass stores it in the workspace and the
+// recurrence kernel reads it (byte offsets; 14,848 bytes against 16.4 KB of raw q, k, v, g, beta).
+// The three 16 x 128 tiles are fp16: every element is at most 1 in magnitude (unit-norm k_hat and
+// q_hat times decays <= 1), fp16 keeps tf32's 10-bit mantissa, and what underflows below 2^-24 is an
+// absolute error under 6e-8 on a unit-norm vector. q_hat is stored without `scale` (any finite scale
+// is then representable); the loader multiplies it in. The 16 x 16 matrices and gamma stay fp32.
+struct KdaPrepared {
+  static constexpr int kKTilde = 0;     // fp16 [8][128][2]: (t, c) at [t % 8][c][t / 8], k_hat 2^{G_t}
+  static constexpr int kQHat = 4096;    // fp16 [8][128][2]: q_hat 2^{G_t} / ||.|| (no scale), same order
+  static constexpr int kKDec = 8192;    // fp16 [128][16]: k_hat_s 2^{G_last - G_s}, [channel][token]
+  static constexpr int kNegT = 12288;   // fp32 [16][16]: -(I + diag(beta) A)^{-1} diag(beta)
+  static constexpr int kM = 13312;      // fp32 [16][16]: masked q_tilde k_bar^T (with scale)
+  static constexpr int kGamma = 14336;  // fp32 [128]: 2^{G_last}
+  static constexpr int kBytes = 14848;
+};
+
+// The shared-memory tiles of one prepared chunk as the consumers read them (all values already
+// rounded to tf32), for a CTA owning kVRows rows of the state.
+template <int kVRows>
+struct KdaStage : KdaDims {
+  float k_tilde[kChunk / 2][kPitchKI];  // k_hat_t * 2^{G_t}, token-interleaved
+  float q_tilde[kChunk / 2][kPitchKI];  // scale * q_hat_t * 2^{G_t}, token-interleaved
+  float k_dec_t[kDim][kPitchT];         // k_hat_s * 2^{G_last - G_s}, [channel][token]
+  float neg_v_t[kVRows][kPitchT];       // -v, [value row][token]
+  float neg_t[kChunk][kPitchT];         // -(I + diag(beta) A)^{-1} diag(beta), [t][s]
+  float m[kChunk][kPitchT];             // masked (s <= t) q_tilde_t . k_bar_s, [t][s]
+  float gamma[kDim];                    // 2^{G_last}: decay of the whole chunk
+};
+
+// One chunk of inputs as stored in memory (bf16); v holds this CTA's kVRows columns (none: 0).
+template <int kVRows>
+struct KdaRaw : KdaDims {
+  uint16_t q[kChunk][kDim];
+  uint16_t k[kChunk][kDim];
+  uint16_t g[kChunk][kDim];
+  uint16_t v[kChunk][kVRows > 0 ? kVRows : 8];
+};
+
+// Private to one producer group: its raw buffers and the tiles only the preparation reads.
+template <int kVRows, int kRawStages>
+struct KdaGroup : KdaDims {
+  KdaRaw<kVRows> raw[kRawStages];
+  float k_bar[kChunk][kPitchK];  // k_hat_s * 2^{-G_s} (A and M only)
+  float l_t[kChunk][kChunk];     // L^T with L = diag(beta) * strict_lower(A)
+  float rq[kChunk];              // scale / ||q_t||
+  float rk[kChunk];              // 1 / ||k_t||
+  float beta[kChunk];            // sigmoid(beta_t), 0 past the end of the sequence
+};
+
+// The fused kernel: every CTA prepares its chunks itself (two producer groups) and runs the
+// recurrence on its rows.
+template <int kConsumerWarps_>
+struct KdaFwdTraits : KdaDims {
   static constexpr int kConsumerWarps = kConsumerWarps_;
   static constexpr int kVRows = 16 * kConsumerWarps;  // state rows per CTA
   // 8 consumer warps make 512 threads: 128 registers a thread, which both roles nearly fit.
   static constexpr int kProducerGroups = 2;
-  static constexpr int kGroupThreads = 128;  // one thread per channel in the gate/tile phase
+  static constexpr bool kLoadV = true;  // the producer stages this CTA's v columns
   static constexpr int kProducerWarps = kProducerGroups * kGroupThreads / 32;
   static constexpr int kThreads = 32 * (kProducerWarps + kConsumerWarps);
   // Threads taking part in one FULL/EMPTY hand-off: the chunk's producer group and the consumers.
@@ -60,49 +125,72 @@ struct KdaFwdTraits {
   static constexpr int kStages = 3;
   static constexpr int kRawStages = 2;  // per group: its next chunk loads while this one is prepared
 
-  // Row pitches (floats) chosen so that the 8-byte fragment loads of a half-warp (rows g = 0..3,
-  // columns 2t..2t+1) hit 16 distinct bank pairs: pitch mod 32 = 8 or 24.
-  static constexpr int kPitchK = kDim + 8;     // [token][channel] tiles
-  // Token-interleaved tiles hold element (t, c) at [t % 8][2c + t / 8]: the four values a tf32 A
-  // fragment needs (rows g and g + 8, channels 2t and 2t + 1), or the B pairs of both token
-  // halves, are then one 16-byte load. A pitch of 272 (16 mod 32 banks) keeps a quarter-warp's
-  // 16-byte loads conflict-free.
-  static constexpr int kPitchKI = 2 * kDim + 16;
-  static constexpr int kPitchT = kChunk + 8;   // [channel][token] and [token][token] tiles
-
   // Named barrier ids.
   static constexpr int kBarFull0 = 1;                 // + stage: producers arrive, consumers wait
   static constexpr int kBarEmpty0 = 1 + kStages;      // + stage: consumers arrive, producers wait
   static constexpr int kBarGroup0 = 1 + 2 * kStages;  // + group: the group's own barrier
 
-  struct Stage {  // one prepared chunk, all values already rounded to tf32
-    float k_tilde[kChunk / 2][kPitchKI];  // k_hat_t * 2^{G_t}, token-interleaved
-    float q_tilde[kChunk / 2][kPitchKI];  // scale * q_hat_t * 2^{G_t}, token-interleaved
-    float k_dec_t[kDim][kPitchT];     // k_hat_s * 2^{G_last - G_s}, [channel][token]
-    float neg_v_t[kVRows][kPitchT];   // -v, [value row][token]
-    float neg_t[kChunk][kPitchT];     // -(I + diag(beta) A)^{-1} diag(beta), [t][s]
-    float m[kChunk][kPitchT];         // masked (s <= t) q_tilde_t . k_bar_s, [t][s]
-    float gamma[kDim];                // 2^{G_last}: decay of the whole chunk
-  };
-  struct Raw {  // one chunk of inputs as stored in memory (bf16)
-    uint16_t q[kChunk][kDim];
-    uint16_t k[kChunk][kDim];
-    uint16_t g[kChunk][kDim];
-    uint16_t v[kChunk][kVRows];
-  };
-  struct Group {  // private to one producer group
-    Raw raw[kRawStages];
-    float k_bar[kChunk][kPitchK];  // k_hat_s * 2^{-G_s} (A and M only)
-    float l_t[kChunk][kChunk];     // L^T with L = diag(beta) * strict_lower(A)
-    float rq[kChunk];              // scale / ||q_t||
-    float rk[kChunk];              // 1 / ||k_t||
-    float beta[kChunk];            // sigmoid(beta_t), 0 past the end of the sequence
-  };
+  using Stage = KdaStage<kVRows>;
+  using Raw = KdaRaw<kVRows>;
+  using Group = KdaGroup<kVRows, kRawStages>;
   struct Smem {
     Stage stage[kStages];
     Group group[kProducerGroups];
     uint16_t out_stage[kConsumerWarps][kChunk][16];
     int scheduled_seq;  // the scheduler's pick, shared by the CTA
+  };
+  static constexpr int kSmemBytes = sizeof(Smem);
+};
+
+// The preparation pass: one producer group a CTA, several CTAs an SM, each preparing a few
+// consecutive chunks of one (sequence, value head) into the workspace (KdaPrepared).
+struct KdaPrepTraits : KdaDims {
+  static constexpr int kVRows = 0;
+  static constexpr bool kLoadV = false;
+  static constexpr int kProducerGroups = 1;
+  static constexpr int kThreads = kGroupThreads;
+  static constexpr int kRawStages = 2;
+  static constexpr int kChunksPerCta = 4;
+  static constexpr int kCtasPerSm = 4;  // 128 registers a thread, ~52 KB of shared memory a CTA
+  static constexpr int kBarGroup0 = 1;
+  using Raw = KdaRaw<0>;
+  using Group = KdaGroup<0, kRawStages>;
+  struct Tiles {  // k_tilde and q_tilde in the layout the A and M products read
+    float k_tilde[kChunk / 2][kPitchKI];
+    float q_tilde[kChunk / 2][kPitchKI];
+  };
+  struct Smem {
+    Group group;
+    Tiles tiles;
+  };
+  static constexpr int kSmemBytes = sizeof(Smem);
+};
+
+// The recurrence kernel of the prepared plans: one loader warpgroup streams prepared chunks from
+// the workspace into the stage ring (fp16 -> tf32, v transposed); the consumers are the fused
+// kernel's.
+template <int kConsumerWarps_>
+struct KdaRecTraits : KdaDims {
+  static constexpr int kConsumerWarps = kConsumerWarps_;
+  static constexpr int kVRows = 16 * kConsumerWarps;
+  static constexpr int kLoaderWarps = kGroupThreads / 32;
+  static constexpr int kThreads = kGroupThreads + 32 * kConsumerWarps;
+  static constexpr int kHandoffThreads = kThreads;
+  static constexpr int kStages = 3;
+  static constexpr int kLandStages = 3;  // prepared chunks in flight from global memory
+  static constexpr int kBarFull0 = 1;
+  static constexpr int kBarEmpty0 = 1 + kStages;
+  static constexpr int kBarLoader = 1 + 2 * kStages;
+
+  using Stage = KdaStage<kVRows>;
+  struct Landing {
+    alignas(16) unsigned char prepared[KdaPrepared::kBytes];
+    uint16_t v[kChunk][kVRows];
+  };
+  struct Smem {
+    Stage stage[kStages];
+    Landing land[kLandStages];
+    uint16_t out_stage[kConsumerWarps][kChunk][16];
   };
   static constexpr int kSmemBytes = sizeof(Smem);
 };

@@ -1,0 +1,108 @@
+// The plan of the prepared forward, made on the device (docs/kernel.md, "Plans").
+//
+// The host picks the segment length L (chunks) and the launch bounds from sizes it knows (T, N, HV,
+// the SM count); one small kernel then reads cu_seqlens, state_indices and has_initial_state once
+// and writes, per sequence, its token range, slot and the exclusive prefix sums that the other
+// kernels search to find their work:
+//
+//   chunks    ceil(len / 16)                 where its prepared chunks start in the workspace
+//   prep      ceil(chunks / 4)               preparation CTAs (4 chunks each)
+//   segments  ceil(chunks / L), or 1         a sequence of 2 segments is not split: it would gain
+//                                            nothing (segment 1 must wait for segment 0 either way)
+//   pass 1    1 (unsplit) or 1 + 2 (m - 2)   segment 0 from the true start state, and for each of
+//                                            segments 1 .. m-2 its zero-start rows R and transition
+//                                            rows P (the last segment needs neither)
+//   pass 3    m - 1                          segments 1 .. m-1 re-run from their true start states
+//   split     1 if m >= 3                    which sequences the chain kernel walks
+//
+// Segment j of a split sequence (j >= 1) owns slot extra_off[n] + j - 1 of the three segment-state
+// buffers: its true start state S_j, and (j <= m - 2) its R_j and P_j, with S_{j+1} = S_j P_j + R_j.
+#pragma once
+
+#include "kda_fwd_scheduler.cuh"
+#include "kda_fwd_traits.cuh"
+
+namespace flash_kda::cuda::sm90 {
+
+// What the plan kernel writes into the workspace: per-sequence arrays, N entries (N + 1 for the
+// prefix sums, whose last entry is the total).
+struct SeqTable {
+  int64_t* begin;      // first token within the batch row (clamped into [0, T])
+  int64_t* len;        // tokens
+  int64_t* slot;       // state slot; -1: padding (nothing is read or written)
+  uint8_t* zero_init;  // 1: start from zeros
+  int64_t* chunk_off;
+  int64_t* prep_off;
+  int64_t* extra_off;
+  int64_t* p1_off;
+  int64_t* p3_off;
+  int64_t* split_off;
+};
+constexpr int kSeqTableSums = 6;  // chunk, prep, extra, p1, p3, split
+
+struct PlanArgs {
+  SeqTable seq;
+  unsigned char* prepared;  // [chunk slot][HV][KdaPrepared::kBytes]
+  float* seg_start;         // [extra slot][HV][128][128]: S_j
+  float* seg_r;             // R_j
+  float* seg_p;             // P_j
+  int seg_chunks;           // L; a value >= every sequence's chunk count means no split
+  int slices;               // CTAs sharing the 128 rows of one part in this launch
+};
+
+// The last n in [0, N) with off[n] <= r (off non-decreasing, off[0] = 0 <= r): a warp-wide search,
+// 32 pivots a step. Every lane of the warp must call it; all get the answer.
+__device__ __forceinline__ int find_sequence(const int64_t* off, int N, int64_t r) {
+  const int lane = threadIdx.x & 31;
+  int lo = 0, hi = N;  // the answer is in [lo, hi)
+  while (hi - lo > 1) {
+    const int step = (hi - lo + 31) / 32;
+    const int idx = lo + lane * step;
+    const bool le = idx < hi && off[idx] <= r;
+    const int count = __popc(__ballot_sync(0xffffffffu, le));  // pivots <= r: a prefix, >= 1
+    lo += (count - 1) * step;
+    hi = min(hi, lo + step);
+  }
+  return lo;
+}
+
+// The sequence and local index of work item r of a list whose per-sequence prefix sums are `off`;
+// false when r is past the end (the launch is sized by a host-side bound). Warp-wide.
+__device__ __forceinline__ bool locate(const int64_t* off, int N, int64_t r, int& n, int64_t& local) {
+  if (r >= off[N]) return false;
+  n = find_sequence(off, N, r);
+  local = r - off[n];
+  return true;
+}
+
+// Fills the WorkUnit of sequence n (head hv, slice) from the table.
+__device__ __forceinline__ WorkUnit table_unit(const KdaFwdArgs& a, const SeqTable& t, int n, int hv, int slice) {
+  WorkUnit w;
+  w.seq = n;
+  w.hv = hv;
+  w.slice = slice;
+  w.row = a.cu_seqlens ? 0 : n;
+  w.begin = t.begin[n];
+  w.len = t.len[n];
+  w.slot = t.slot[n];
+  w.skip = w.slot < 0;
+  w.zero_init = t.zero_init[n] != 0;
+  return w;
+}
+
+// The chain of a split sequence: S_{j+1} = S_j P_j + R_j for j = 1 .. m-2, in fp32 (every P_j is a
+// product of factors Diag(alpha)(I - beta k k^T) of norm <= 1, so the chain cannot amplify the
+// rounding of earlier steps). One CTA per (split sequence, head, 16 rows); P_{j+1} is fetched while
+// step j computes.
+struct ChainTraits {
+  static constexpr int kRows = 16;
+  static constexpr int kThreads = 128;  // thread: rows 2 rg, 2 rg + 1 (rg = tid / 16), 8 columns
+  struct Smem {
+    float p[2][KdaDims::kDim][KdaDims::kDim];
+    float s_t[KdaDims::kDim][kRows];  // the current rows, transposed: s_t[k][r]
+    int seq;
+  };
+  static constexpr int kSmemBytes = sizeof(Smem);
+};
+
+}  // namespace flash_kda::cuda::sm90

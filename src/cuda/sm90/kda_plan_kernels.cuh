@@ -1,0 +1,168 @@
+// The kernels of the prepared plans' bookkeeping: the plan (kda_plan.cuh lists what it writes)
+// and the chain of a split sequence's segment states.
+#pragma once
+
+#include "../common/ptx.cuh"
+#include "kda_plan.cuh"
+
+namespace flash_kda::cuda::sm90 {
+
+// Block-wide exclusive prefix sum of kSeqTableSums values per thread (blockDim.x a multiple of 32,
+// at most 1024); returns the block totals in `total`.
+__device__ __forceinline__ void block_exclusive_scan(int64_t (&v)[kSeqTableSums], int64_t (&total)[kSeqTableSums],
+                                                     int64_t (*warp_sums)[kSeqTableSums]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  int64_t incl[kSeqTableSums];
+#pragma unroll
+  for (int q = 0; q < kSeqTableSums; ++q) {
+    incl[q] = v[q];
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int64_t y = __shfl_up_sync(0xffffffffu, incl[q], o);
+      if (lane >= o) incl[q] += y;
+    }
+  }
+  if (lane == 31)
+    for (int q = 0; q < kSeqTableSums; ++q) warp_sums[warp][q] = incl[q];
+  __syncthreads();
+  if (warp == 0) {
+    for (int q = 0; q < kSeqTableSums; ++q) {
+      int64_t x = lane < warps ? warp_sums[lane][q] : 0;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int64_t y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+      }
+      if (lane < warps) warp_sums[lane][q] = x;  // inclusive over warps
+    }
+  }
+  __syncthreads();
+  for (int q = 0; q < kSeqTableSums; ++q) {
+    total[q] = warp_sums[warps - 1][q];
+    v[q] = incl[q] - v[q] + (warp > 0 ? warp_sums[warp - 1][q] : 0);
+  }
+  __syncthreads();  // warp_sums is reused by the next call
+}
+
+// One CTA of 1024 threads builds the SeqTable (reads the caller's index arrays exactly once).
+__global__ void __launch_bounds__(1024) kda_plan_kernel(const __grid_constant__ KdaFwdArgs a,
+                                                        const __grid_constant__ PlanArgs p) {
+  __shared__ int64_t warp_sums[32][kSeqTableSums];
+  constexpr int C = KdaDims::kChunk;
+  int64_t carry[kSeqTableSums] = {};
+  for (int base = 0; base < a.num_seqs; base += blockDim.x) {
+    const int n = base + threadIdx.x;
+    int64_t v[kSeqTableSums] = {};
+    if (n < a.num_seqs) {
+      int64_t begin = 0, len = a.seqlen;
+      if (a.cu_seqlens) sequence_bounds(a, n, begin, len);
+      int64_t slot = n;
+      if (a.state_indices) {
+        slot = a.state_indices[n];
+        if (slot < 0 || slot >= a.pool_size) slot = -1;
+      }
+      p.seq.begin[n] = begin;
+      p.seq.len[n] = len;
+      p.seq.slot[n] = slot;
+      p.seq.zero_init[n] = a.has_initial_state != nullptr && a.has_initial_state[n] == 0;
+      const int64_t chunks = (len + C - 1) / C;
+      int64_t segs = chunks > p.seg_chunks ? (chunks + p.seg_chunks - 1) / p.seg_chunks : 1;
+      if (segs == 2) segs = 1;
+      v[0] = chunks;
+      v[1] = (chunks + KdaPrepTraits::kChunksPerCta - 1) / KdaPrepTraits::kChunksPerCta;
+      v[2] = segs - 1;
+      v[3] = segs == 1 ? 1 : 2 * segs - 3;
+      v[4] = segs - 1;
+      v[5] = segs >= 3;
+    }
+    int64_t total[kSeqTableSums];
+    block_exclusive_scan(v, total, warp_sums);
+    if (n < a.num_seqs) {
+      int64_t* offs[kSeqTableSums] = {p.seq.chunk_off, p.seq.prep_off, p.seq.extra_off,
+                                      p.seq.p1_off,    p.seq.p3_off,   p.seq.split_off};
+      for (int q = 0; q < kSeqTableSums; ++q) offs[q][n] = carry[q] + v[q];
+    }
+    for (int q = 0; q < kSeqTableSums; ++q) carry[q] += total[q];
+  }
+  if (threadIdx.x == 0) {
+    int64_t* offs[kSeqTableSums] = {p.seq.chunk_off, p.seq.prep_off, p.seq.extra_off,
+                                    p.seq.p1_off,    p.seq.p3_off,   p.seq.split_off};
+    for (int q = 0; q < kSeqTableSums; ++q) offs[q][a.num_seqs] = carry[q];
+  }
+}
+
+__global__ void __launch_bounds__(ChainTraits::kThreads) kda_chain_kernel(const __grid_constant__ KdaFwdArgs a,
+                                                                          const __grid_constant__ PlanArgs p) {
+  constexpr int D = KdaDims::kDim, R = ChainTraits::kRows, kSlices = D / R;
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  auto& sm = *reinterpret_cast<ChainTraits::Smem*>(smem_bytes);
+  const int b = blockIdx.x, slice = b % kSlices, hv = (b / kSlices) % a.heads_v;
+  int n;
+  int64_t local;
+  if (threadIdx.x < 32) {
+    if (!locate(p.seq.split_off, a.num_seqs, b / (kSlices * a.heads_v), n, local)) n = -1;
+    if (threadIdx.x == 0) sm.seq = n;
+  }
+  __syncthreads();
+  n = sm.seq;
+  if (n < 0 || p.seq.slot[n] < 0) return;
+  const int64_t e0 = p.seq.extra_off[n];
+  const int segs = int(p.seq.extra_off[n + 1] - e0) + 1;
+  const int tid = threadIdx.x, rg = tid / 16, c0 = (tid % 16) * 8, row0 = slice * R;
+  auto rows_at = [&](const float* buf, int64_t e) { return buf + state_row_offset(e, a.heads_v, hv, row0); };
+  auto fetch_p = [&](int j, int buf) {  // P_j into p[buf]: 4,096 16-byte copies
+    const float* src = p.seg_p + state_row_offset(e0 + j - 1, a.heads_v, hv, 0);
+    for (int i = tid; i < D * D / 4; i += ChainTraits::kThreads)
+      ptx::cp_async_16(&sm.p[buf][0][0] + 4 * i, src + 4 * i, 16);
+    ptx::cp_async_commit();
+  };
+  fetch_p(1, 0);
+  {  // S_1 (written by segment 0 in pass 1), transposed into shared memory
+    const float* s1 = rows_at(p.seg_start, e0);
+    for (int i = tid; i < R * D; i += ChainTraits::kThreads) sm.s_t[i % D][i / D] = s1[i];
+  }
+  for (int j = 1; j <= segs - 2; ++j) {
+    if (j + 1 <= segs - 2) {
+      fetch_p(j + 1, j % 2);
+      ptx::cp_async_wait<1>();
+    } else {
+      ptx::cp_async_wait<0>();
+    }
+    __syncthreads();  // P_j and the current rows are visible
+    const float(*pj)[D] = sm.p[(j - 1) % 2];
+    float acc[2][8];
+    const float* r_rows = rows_at(p.seg_r, e0 + j - 1);
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int c = 0; c < 8; c += 4) {
+        const float4 x = *reinterpret_cast<const float4*>(r_rows + (2 * rg + r) * D + c0 + c);
+        acc[r][c] = x.x, acc[r][c + 1] = x.y, acc[r][c + 2] = x.z, acc[r][c + 3] = x.w;
+      }
+#pragma unroll 4
+    for (int k = 0; k < D; ++k) {
+      const float2 s = *reinterpret_cast<const float2*>(&sm.s_t[k][2 * rg]);
+      const float4 p0 = *reinterpret_cast<const float4*>(&pj[k][c0]);
+      const float4 p1 = *reinterpret_cast<const float4*>(&pj[k][c0 + 4]);
+      const float pk[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        acc[0][c] = fmaf(s.x, pk[c], acc[0][c]);
+        acc[1][c] = fmaf(s.y, pk[c], acc[1][c]);
+      }
+    }
+    __syncthreads();  // every thread has read the current rows
+    float* out = const_cast<float*>(rows_at(p.seg_start, e0 + j));
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int c = 0; c < 8; ++c) sm.s_t[c0 + c][2 * rg + r] = acc[r][c];
+#pragma unroll
+      for (int c = 0; c < 8; c += 4)
+        *reinterpret_cast<float4*>(out + (2 * rg + r) * D + c0 + c) =
+            make_float4(acc[r][c], acc[r][c + 1], acc[r][c + 2], acc[r][c + 3]);
+    }
+  }
+}
+
+}  // namespace flash_kda::cuda::sm90

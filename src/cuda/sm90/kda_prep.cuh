@@ -1,0 +1,79 @@
+// The preparation pass of the prepared plans: every chunk of every (sequence, value head) is
+// prepared once, chunk-parallel, by the fused kernel's producer code, and stored in the workspace
+// in the compact form of KdaPrepared. One producer group a CTA, kChunksPerCta consecutive chunks.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include "kda_fwd_producer.cuh"
+#include "kda_plan.cuh"
+
+namespace flash_kda::cuda::sm90 {
+
+// The preparation pass's sink: k_tilde and q_tilde also go to shared memory (the A and M products
+// read them there), everything else straight from registers to the workspace.
+struct WorkspaceSink {
+  KdaPrepTraits::Tiles& tl;
+  unsigned char* dst;  // this chunk's KdaPrepared
+  float inv_scale;     // q_hat is stored without the output scale
+
+  __device__ const float (*k_tilde() const)[KdaDims::kPitchKI] { return tl.k_tilde; }
+  __device__ const float (*q_tilde() const)[KdaDims::kPitchKI] { return tl.q_tilde; }
+  __device__ void kq(int t, int c, const float (&k)[2], const float (&q)[2]) const {
+    *reinterpret_cast<float2*>(&tl.k_tilde[t][2 * c]) = make_float2(ptx::round_tf32(k[0]), ptx::round_tf32(k[1]));
+    *reinterpret_cast<float2*>(&tl.q_tilde[t][2 * c]) = make_float2(ptx::round_tf32(q[0]), ptx::round_tf32(q[1]));
+    const int at = (t * KdaDims::kDim + c) * 4;  // byte offset of the (t, c) pair
+    *reinterpret_cast<__half2*>(dst + KdaPrepared::kKTilde + at) = __floats2half2_rn(k[0], k[1]);
+    *reinterpret_cast<__half2*>(dst + KdaPrepared::kQHat + at) =
+        __floats2half2_rn(q[0] * inv_scale, q[1] * inv_scale);
+  }
+  __device__ void k_dec(int c, const float (&kd)[KdaDims::kChunk]) const {
+    uint32_t h[KdaDims::kChunk / 2];
+#pragma unroll
+    for (int t = 0; t < KdaDims::kChunk / 2; ++t) {
+      const __half2 x = __floats2half2_rn(kd[2 * t], kd[2 * t + 1]);
+      h[t] = *reinterpret_cast<const uint32_t*>(&x);
+    }
+    uint4* d = reinterpret_cast<uint4*>(dst + KdaPrepared::kKDec + c * KdaDims::kChunk * 2);
+    d[0] = make_uint4(h[0], h[1], h[2], h[3]);
+    d[1] = make_uint4(h[4], h[5], h[6], h[7]);
+  }
+  __device__ void gamma(int c, float g) const { reinterpret_cast<float*>(dst + KdaPrepared::kGamma)[c] = g; }
+  __device__ void neg_v(int, const float (&)[KdaDims::kChunk]) const {}
+  __device__ void m(int t, int s, float x) const {
+    reinterpret_cast<float*>(dst + KdaPrepared::kM)[t * KdaDims::kChunk + s] = ptx::round_tf32(x);
+  }
+  __device__ void neg_t(int t, int s, float x) const {
+    reinterpret_cast<float*>(dst + KdaPrepared::kNegT)[t * KdaDims::kChunk + s] = ptx::round_tf32(x);
+  }
+};
+
+// Byte address of prepared chunk `c` of sequence n, head hv.
+__device__ __forceinline__ unsigned char* prepared_chunk(const PlanArgs& p, int heads_v, int n, int hv, int64_t c) {
+  return p.prepared + ((p.seq.chunk_off[n] + c) * heads_v + hv) * int64_t(KdaPrepared::kBytes);
+}
+
+__global__ void __launch_bounds__(KdaPrepTraits::kThreads, KdaPrepTraits::kCtasPerSm)
+    kda_prep_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p) {
+  using Tr = KdaPrepTraits;
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  auto& sm = *reinterpret_cast<Tr::Smem*>(smem_bytes);
+  const int hv = blockIdx.x % a.heads_v;
+  int n;
+  int64_t block;
+  // Every warp finds the sequence itself (the same answer): no broadcast, no extra barrier.
+  if (!locate(p.seq.prep_off, a.num_seqs, blockIdx.x / a.heads_v, n, block)) return;
+  const WorkUnit w = table_unit(a, p.seq, n, hv, 0);
+  if (w.skip) return;  // a padding sequence is never read
+  const int nchunks = int((w.len + Tr::kChunk - 1) / Tr::kChunk);
+  const int c0 = int(block) * Tr::kChunksPerCta, c1 = min(c0 + Tr::kChunksPerCta, nchunks);
+  const float inv_scale = a.scale != 0.f ? 1.f / a.scale : 0.f;
+  unsigned char* base = prepared_chunk(p, a.heads_v, n, hv, 0);
+  const int64_t stride = int64_t(a.heads_v) * KdaPrepared::kBytes;
+  KdaProducer<Tr> producer(a, w, sm.group, 0, threadIdx.x);
+  producer.run_chunks(
+      c0, 1, c1, [&](int i) { return WorkspaceSink{sm.tiles, base + i * stride, inv_scale}; }, [](int) {},
+      [](int) {});
+}
+
+}  // namespace flash_kda::cuda::sm90

@@ -77,7 +77,10 @@ struct KdaPrepared {
 // The shared-memory tiles of one prepared chunk as the consumers read them (all values already
 // rounded to tf32), for a CTA owning kVRows rows of the state.
 template <int kVRows>
-struct KdaStage : KdaDims {
+struct KdaStage {
+  // (no base class: an empty base shared with a member's type would shift the first member)
+  static constexpr int kChunk = KdaDims::kChunk, kDim = KdaDims::kDim;
+  static constexpr int kPitchK = KdaDims::kPitchK, kPitchKI = KdaDims::kPitchKI, kPitchT = KdaDims::kPitchT;
   float k_tilde[kChunk / 2][kPitchKI];  // k_hat_t * 2^{G_t}, token-interleaved
   float q_tilde[kChunk / 2][kPitchKI];  // scale * q_hat_t * 2^{G_t}, token-interleaved
   float k_dec_t[kDim][kPitchT];         // k_hat_s * 2^{G_last - G_s}, [channel][token]
@@ -89,7 +92,9 @@ struct KdaStage : KdaDims {
 
 // One chunk of inputs as stored in memory (bf16); v holds this CTA's kVRows columns (none: 0).
 template <int kVRows>
-struct KdaRaw : KdaDims {
+struct KdaRaw {
+  static constexpr int kChunk = KdaDims::kChunk, kDim = KdaDims::kDim;
+  static constexpr int kPitchK = KdaDims::kPitchK, kPitchKI = KdaDims::kPitchKI, kPitchT = KdaDims::kPitchT;
   uint16_t q[kChunk][kDim];
   uint16_t k[kChunk][kDim];
   uint16_t g[kChunk][kDim];
@@ -98,7 +103,9 @@ struct KdaRaw : KdaDims {
 
 // Private to one producer group: its raw buffers and the tiles only the preparation reads.
 template <int kVRows, int kRawStages>
-struct KdaGroup : KdaDims {
+struct KdaGroup {
+  static constexpr int kChunk = KdaDims::kChunk, kDim = KdaDims::kDim;
+  static constexpr int kPitchK = KdaDims::kPitchK, kPitchKI = KdaDims::kPitchKI, kPitchT = KdaDims::kPitchT;
   KdaRaw<kVRows> raw[kRawStages];
   float k_bar[kChunk][kPitchK];  // k_hat_s * 2^{-G_s} (A and M only)
   float l_t[kChunk][kChunk];     // L^T with L = diag(beta) * strict_lower(A)

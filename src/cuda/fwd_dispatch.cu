@@ -69,7 +69,8 @@ HostPlan make_plan(const FwdParams& p, int sm_count) {
   h.slices1 = slices_for((N + 2 * h.max_extra) * HV, sm_count);
   h.slices3 = slices_for(std::max<int64_t>(h.max_extra, 1) * HV, sm_count);
 
-  const size_t table = align_up(3 * N * sizeof(int64_t)) + align_up(N) +
+  // As plan_args() carves it: begin, len, slot, zero_init, then the prefix sums, each aligned.
+  const size_t table = 3 * align_up(N * sizeof(int64_t)) + align_up(N) +
                        sm90::kSeqTableSums * align_up((N + 1) * sizeof(int64_t));
   h.off_table = 0;
   h.off_prepared = align_up(table);

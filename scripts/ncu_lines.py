@@ -14,7 +14,8 @@ import io
 import sys
 from collections import defaultdict
 
-ROLES = [("producer", "kda_fwd_producer"), ("consumer", "kda_fwd_consumer"),
+ROLES = [("producer", "kda_fwd_producer"), ("consumer", "kda_fwd_consumer"), ("loader", "kda_rec"),
+         ("chain", "kda_plan_kernels"),
          ("scheduler", "kda_fwd_scheduler"), ("ptx helpers", "ptx.cuh"), ("kernel", "kda_fwd_kernel")]
 
 

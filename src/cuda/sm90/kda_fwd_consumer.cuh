@@ -20,14 +20,90 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
+#include "../common/bulk_copy.cuh"
 #include "../common/ptx.cuh"
 #include "kda_fwd_scheduler.cuh"
 #include "kda_fwd_traits.cuh"
 
 namespace flash_kda::cuda::sm90 {
 
+// How consumers reach a prepared chunk, per kernel. Fragment accessors take the first of a pair:
+// channel c = 8j + 2t (k/q: the four values (t=g, c), (t=g+8, c), (t=g, c+1), (t=g+8, c+1)), or
+// token t even (pairs (t, t+1)).
+//
+// The fused kernel: fp32 tiles its producers wrote (tf32-rounded, scale in q), named barriers.
 template <class Tr>
+struct Fp32StageView {
+  using Stage = typename Tr::Stage;
+  static constexpr bool kScaleQ = false;
+  template <int kPitch>
+  __device__ static float2 pair(const float (*m)[kPitch], int n, int kp) {
+    return *reinterpret_cast<const float2*>(&m[n][kp]);
+  }
+  __device__ static const Stage& acquire(typename Tr::Smem& sm, int i) {
+    ptx::bar_sync(Tr::kBarFull0 + i % Tr::kStages, Tr::kHandoffThreads);
+    return sm.stage[i % Tr::kStages];
+  }
+  __device__ static void release(typename Tr::Smem& sm, int i, int nchunks, int lane) {
+    if (i + Tr::kStages < nchunks) ptx::bar_arrive(Tr::kBarEmpty0 + i % Tr::kStages, Tr::kHandoffThreads);
+  }
+  __device__ static float4 k_frag(const Stage& st, int g, int c) {
+    return *reinterpret_cast<const float4*>(&st.k_tilde[g][2 * c]);
+  }
+  __device__ static float4 q_frag(const Stage& st, int g, int c) {
+    return *reinterpret_cast<const float4*>(&st.q_tilde[g][2 * c]);
+  }
+  __device__ static float2 neg_v(const Stage& st, int row, int t) { return pair(st.neg_v_t, row, t); }
+  __device__ static float2 neg_t(const Stage& st, int t, int s) { return pair(st.neg_t, t, s); }
+  __device__ static float2 m(const Stage& st, int t, int s) { return pair(st.m, t, s); }
+  __device__ static float2 k_dec(const Stage& st, int c, int t) { return pair(st.k_dec_t, c, t); }
+  __device__ static float2 gamma(const Stage& st, int c) { return *reinterpret_cast<const float2*>(&st.gamma[c]); }
+};
+
+// The recurrence kernel: the chunk as the preparation pass stored it (KdaPrepared, copied in by
+// the loader), v as stored, mbarriers.
+template <class Tr>
+struct PackedStageView {
+  using Stage = typename Tr::Stage;
+  static constexpr bool kScaleQ = true;  // q_hat comes without the output scale
+  __device__ static const Stage& acquire(typename Tr::Smem& sm, int i) {
+    const int s = i % Tr::kStages;
+    mbarrier_wait(&sm.full[s], (i / Tr::kStages) & 1);
+    return sm.stage[s];
+  }
+  __device__ static void release(typename Tr::Smem& sm, int i, int nchunks, int lane) {
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(&sm.empty[i % Tr::kStages]);
+  }
+  __device__ static float4 kq(const Stage& st, int offset, int g, int c) {
+    const uint2 u = *reinterpret_cast<const uint2*>(st.prepared + offset + 4 * KdaPrepared::kq_word(g, c));
+    const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+    const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+  }
+  __device__ static float4 k_frag(const Stage& st, int g, int c) { return kq(st, KdaPrepared::kKTilde, g, c); }
+  __device__ static float4 q_frag(const Stage& st, int g, int c) { return kq(st, KdaPrepared::kQHat, g, c); }
+  __device__ static float2 neg_v(const Stage& st, int row, int t) {
+    return make_float2(-__uint_as_float(uint32_t(st.v[t][row]) << 16), -__uint_as_float(uint32_t(st.v[t + 1][row]) << 16));
+  }
+  __device__ static float2 square(const Stage& st, int offset, int t, int s) {
+    return *reinterpret_cast<const float2*>(st.prepared + offset + 4 * KdaPrepared::square_word(t, s));
+  }
+  __device__ static float2 neg_t(const Stage& st, int t, int s) { return square(st, KdaPrepared::kNegT, t, s); }
+  __device__ static float2 m(const Stage& st, int t, int s) { return square(st, KdaPrepared::kM, t, s); }
+  __device__ static float2 k_dec(const Stage& st, int c, int t) {
+    const __half2 h = *reinterpret_cast<const __half2*>(st.prepared + KdaPrepared::kKDec +
+                                                        4 * KdaPrepared::k_dec_word(c, t / 2));
+    return __half22float2(h);
+  }
+  __device__ static float2 gamma(const Stage& st, int c) {
+    return *reinterpret_cast<const float2*>(st.prepared + KdaPrepared::kGamma + 4 * c);
+  }
+};
+
+template <class Tr, class View>
 struct KdaConsumer {
   using Stage = typename Tr::Stage;
   static constexpr int C = Tr::kChunk;
@@ -37,14 +113,12 @@ struct KdaConsumer {
   const KdaFwdArgs& a;
   const WorkUnit& w;
   const RowsIO& io;
-  const Stage* stages;
-  uint16_t (*out_stage)[C][16];
+  typename Tr::Smem& sm;
   int cwarp, lane, g, t4;
 
-  __device__ KdaConsumer(const KdaFwdArgs& args, const WorkUnit& work, const RowsIO& rows, const Stage* stage_ring,
-                         uint16_t (*out_staging)[C][16], int warp, int ln)
-      : a(args), w(work), io(rows), stages(stage_ring), out_stage(out_staging), cwarp(warp), lane(ln), g(ln >> 2),
-        t4(ln & 3) {}
+  __device__ KdaConsumer(const KdaFwdArgs& args, const WorkUnit& work, const RowsIO& rows, typename Tr::Smem& smem,
+                         int warp, int ln)
+      : a(args), w(work), io(rows), sm(smem), cwarp(warp), lane(ln), g(ln >> 2), t4(ln & 3) {}
 
   __device__ void load_state(float (&S)[kTiles][4]) const {
     if (io.init == nullptr) {
@@ -95,12 +169,6 @@ struct KdaConsumer {
     }
   }
 
-  // 8-byte B-fragment load: the pair (b0, b1) = (m[n][kp], m[n][kp + 1]).
-  template <int kPitch>
-  __device__ static float2 pair(const float (*m)[kPitch], int n, int kp) {
-    return *reinterpret_cast<const float2*>(&m[n][kp]);
-  }
-
   __device__ void run() {
     if (io.write_out) {
       walk<true>();
@@ -117,9 +185,7 @@ struct KdaConsumer {
     const int vrow = cwarp * 16 + g;  // this lane's first state row within the CTA's slice
     const int nchunks = io.nchunks;
     for (int i = 0; i < nchunks; ++i) {
-      const int s = i % Tr::kStages;
-      ptx::bar_sync(Tr::kBarFull0 + s, Tr::kHandoffThreads);
-      const Stage& st = stages[s];
+      const Stage& st = View::acquire(sm, i);
 
       // step 1: xk = S k_tilde^T - v^T, xq = S q_tilde^T. Even and odd channel blocks of xk (needed
       // first) go to separate accumulators: six independent MMA chains instead of four.
@@ -127,7 +193,7 @@ struct KdaConsumer {
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
         if (io.has_v) {
-          const float2 lo = pair(st.neg_v_t, vrow, 8 * n + 2 * t4), hi = pair(st.neg_v_t, vrow + 8, 8 * n + 2 * t4);
+          const float2 lo = View::neg_v(st, vrow, 8 * n + 2 * t4), hi = View::neg_v(st, vrow + 8, 8 * n + 2 * t4);
           xk[n][0] = lo.x, xk[n][1] = lo.y, xk[n][2] = hi.x, xk[n][3] = hi.y;
         } else {
           xk[n][0] = xk[n][1] = xk[n][2] = xk[n][3] = 0.f;
@@ -139,12 +205,12 @@ struct KdaConsumer {
         const float a0 = ptx::round_tf32(S[j][0]), a1 = ptx::round_tf32(S[j][2]);
         const float a2 = ptx::round_tf32(S[j][1]), a3 = ptx::round_tf32(S[j][3]);
         // (tokens g, g + 8) x (channels 2t, 2t + 1): the B pairs of both token halves.
-        const float4 bk = *reinterpret_cast<const float4*>(&st.k_tilde[g][2 * (8 * j + 2 * t4)]);
+        const float4 bk = View::k_frag(st, g, 8 * j + 2 * t4);
         float(&ck)[2][4] = j % 2 ? xk_odd : xk;
         ptx::mma_tf32(ck[0], a0, a1, a2, a3, bk.x, bk.z);
         ptx::mma_tf32(ck[1], a0, a1, a2, a3, bk.y, bk.w);
         if constexpr (kOut) {
-          const float4 bq = *reinterpret_cast<const float4*>(&st.q_tilde[g][2 * (8 * j + 2 * t4)]);
+          const float4 bq = View::q_frag(st, g, 8 * j + 2 * t4);
           ptx::mma_tf32(xq[0], a0, a1, a2, a3, bq.x, bq.z);
           ptx::mma_tf32(xq[1], a0, a1, a2, a3, bq.y, bq.w);
         }
@@ -152,7 +218,10 @@ struct KdaConsumer {
 #pragma unroll
       for (int n = 0; n < 2; ++n)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) xk[n][r] += xk_odd[n][r];
+        for (int r = 0; r < 4; ++r) {
+          xk[n][r] += xk_odd[n][r];
+          if constexpr (View::kScaleQ && kOut) xq[n][r] *= a.scale;
+        }
 
       // step 2: U^T = xk (-T)^T
       float u[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
@@ -162,7 +231,7 @@ struct KdaConsumer {
         const float a2 = ptx::round_tf32(xk[kk][1]), a3 = ptx::round_tf32(xk[kk][3]);
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
-          const float2 b = pair(st.neg_t, 8 * n + g, 8 * kk + 2 * t4);
+          const float2 b = View::neg_t(st, 8 * n + g, 8 * kk + 2 * t4);
           ptx::mma_tf32(u[n], a0, a1, a2, a3, b.x, b.y);
         }
       }
@@ -179,7 +248,7 @@ struct KdaConsumer {
         for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
           for (int n = 0; n < 2; ++n) {
-            const float2 b = pair(st.m, 8 * n + g, 8 * kk + 2 * t4);
+            const float2 b = View::m(st, 8 * n + g, 8 * kk + 2 * t4);
             ptx::mma_tf32(xq[n], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
           }
       }
@@ -187,15 +256,15 @@ struct KdaConsumer {
       // step 4: S = S Diag(gamma) + U^T k_dec
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
-        const float2 gm = *reinterpret_cast<const float2*>(&st.gamma[8 * j + 2 * t4]);
+        const float2 gm = View::gamma(st, 8 * j + 2 * t4);
         S[j][0] *= gm.x, S[j][1] *= gm.y, S[j][2] *= gm.x, S[j][3] *= gm.y;
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk) {
-          const float2 b = pair(st.k_dec_t, 8 * j + g, 8 * kk + 2 * t4);
+          const float2 b = View::k_dec(st, 8 * j + g, 8 * kk + 2 * t4);
           ptx::mma_tf32(S[j], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
         }
       }
-      if (i + Tr::kStages < nchunks) ptx::bar_arrive(Tr::kBarEmpty0 + s, Tr::kHandoffThreads);
+      View::release(sm, i, nchunks, lane);
 
       if constexpr (kOut) store_output(xq, io.chunk0 + i);
     }
@@ -205,7 +274,7 @@ struct KdaConsumer {
   // Stages the warp's 16 rows x 16 tokens of O^T through shared memory so that every lane writes
   // 16 contiguous bytes (8 value channels of one token).
   __device__ void store_output(const float (&o)[2][4], int i) {
-    uint16_t(*stage)[16] = out_stage[cwarp];
+    uint16_t(*stage)[16] = sm.out_stage[cwarp];
     __syncwarp();
 #pragma unroll
     for (int n = 0; n < 2; ++n) {

@@ -21,7 +21,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) kda_fwd_kernel(const __grid_c
     KdaProducer<Tr>(args, work, sm.group[group], group, threadIdx.x % Tr::kGroupThreads).run(sm.stage);
   } else {
     const RowsIO io = whole_sequence_rows(args, work, Tr::kVRows);
-    KdaConsumer<Tr>(args, work, io, sm.stage, sm.out_stage, warp - Tr::kProducerWarps, threadIdx.x & 31).run();
+    KdaConsumer<Tr, Fp32StageView<Tr>>(args, work, io, sm, warp - Tr::kProducerWarps, threadIdx.x & 31).run();
   }
 }
 

@@ -59,19 +59,35 @@ struct KdaDims {
 };
 
 // One prepared chunk of one value head as the preparation pass stores it in the workspace and the
-// recurrence kernel reads it (byte offsets; 14,848 bytes against 16.4 KB of raw q, k, v, g, beta).
-// The three 16 x 128 tiles are fp16: every element is at most 1 in magnitude (unit-norm k_hat and
-// q_hat times decays <= 1), fp16 keeps tf32's 10-bit mantissa, and what underflows below 2^-24 is an
-// absolute error under 6e-8 on a unit-norm vector. q_hat is stored without `scale` (any finite scale
-// is then representable); the loader multiplies it in. The 16 x 16 matrices and gamma stay fp32.
+// recurrence kernel copies it, unchanged, into shared memory (byte offsets; 14,848 bytes against
+// 16.4 KB of raw q, k, v, g, beta). The three 16 x 128 tiles are fp16: every element is at most 1 in
+// magnitude (unit-norm k_hat and q_hat times decays <= 1), fp16 keeps tf32's 10-bit mantissa, and
+// what underflows below 2^-24 is an absolute error under 6e-8 on a unit-norm vector. q_hat is
+// stored without `scale` (any finite scale then fits); the consumers multiply it in. The 16 x 16
+// matrices and gamma stay fp32 (tf32-rounded like the fused kernel's stage).
+//
+// Words (4 bytes) are XOR-swizzled so that the consumers' fragment loads from the copied layout
+// are free of bank conflicts: a half-warp reads rows g = 0..3 at the same column, and the swizzle
+// moves each row to its own 8-word bank group. The parts that produce no output read only the
+// first kOutputFree bytes.
 struct KdaPrepared {
-  static constexpr int kKTilde = 0;     // fp16 [8][128][2]: (t, c) at [t % 8][c][t / 8], k_hat 2^{G_t}
-  static constexpr int kQHat = 4096;    // fp16 [8][128][2]: q_hat 2^{G_t} / ||.|| (no scale), same order
-  static constexpr int kKDec = 8192;    // fp16 [128][16]: k_hat_s 2^{G_last - G_s}, [channel][token]
-  static constexpr int kNegT = 12288;   // fp32 [16][16]: -(I + diag(beta) A)^{-1} diag(beta)
-  static constexpr int kM = 13312;      // fp32 [16][16]: masked q_tilde k_bar^T (with scale)
-  static constexpr int kGamma = 14336;  // fp32 [128]: 2^{G_last}
+  // fp16 [8][128] words, word (t % 8, c) = (token t, token t + 8) of channel c, at
+  // t8 * 128 + (c ^ 8 (t8 % 4)): k_hat 2^{G_t}
+  static constexpr int kKTilde = 0;
+  // fp16 [128][8] words, word (c, w) = tokens 2w, 2w + 1 of k_hat_s 2^{G_last - G_s}, at
+  // c * 8 + (w ^ 4 ((c / 4) % 2))
+  static constexpr int kKDec = 4096;
+  // fp32 [16][16], element (t, s) at t * 16 + (s ^ 8 ((t / 2) % 2)): -(I + diag(beta) A)^{-1} diag(beta)
+  static constexpr int kNegT = 8192;
+  static constexpr int kGamma = 9216;  // fp32 [128]: 2^{G_last}
+  static constexpr int kOutputFree = 9728;
+  static constexpr int kQHat = 9728;  // fp16, as k_tilde: q_hat 2^{G_t} (no scale)
+  static constexpr int kM = 13824;    // fp32, as -T: masked q_tilde k_bar^T (with scale)
   static constexpr int kBytes = 14848;
+
+  __device__ static int kq_word(int t8, int c) { return t8 * 128 + (c ^ (8 * (t8 & 3))); }
+  __device__ static int k_dec_word(int c, int w) { return c * 8 + (w ^ (4 * ((c >> 2) & 1))); }
+  __device__ static int square_word(int t, int s) { return t * 16 + (s ^ (8 * ((t >> 1) & 1))); }
 };
 
 // The shared-memory tiles of one prepared chunk as the consumers read them (all values already
@@ -173,30 +189,26 @@ struct KdaPrepTraits : KdaDims {
   static constexpr int kSmemBytes = sizeof(Smem);
 };
 
-// The recurrence kernel of the prepared plans: one loader warpgroup streams prepared chunks from
-// the workspace into the stage ring (fp16 -> tf32, v transposed); the consumers are the fused
-// kernel's.
+// The recurrence kernel of the prepared plans: one loader warp copies prepared chunks from the
+// workspace into a ring of shared-memory stages with bulk copies (mbarrier hand-offs); the
+// consumers read them in place (fp16 tiles converted as they load their fragments).
 template <int kConsumerWarps_>
 struct KdaRecTraits : KdaDims {
   static constexpr int kConsumerWarps = kConsumerWarps_;
   static constexpr int kVRows = 16 * kConsumerWarps;
-  static constexpr int kLoaderWarps = kGroupThreads / 32;
-  static constexpr int kThreads = kGroupThreads + 32 * kConsumerWarps;
-  static constexpr int kHandoffThreads = kThreads;
-  static constexpr int kStages = 3;
-  static constexpr int kLandStages = 3;  // prepared chunks in flight from global memory
-  static constexpr int kBarFull0 = 1;
-  static constexpr int kBarEmpty0 = 1 + kStages;
-  static constexpr int kBarLoader = 1 + 2 * kStages;
+  static constexpr int kLoaderWarps = 1;
+  static constexpr int kThreads = 32 * (kLoaderWarps + kConsumerWarps);
+  // A consumer step is ~0.3-0.5 us and a global load ~1 us: eight chunks in flight.
+  static constexpr int kStages = 8;
 
-  using Stage = KdaStage<kVRows>;
-  struct Landing {
+  struct Stage {
     alignas(16) unsigned char prepared[KdaPrepared::kBytes];
-    uint16_t v[kChunk][kVRows];
+    uint16_t v[kChunk][kVRows];  // this CTA's v columns, as stored (bf16)
   };
   struct Smem {
     Stage stage[kStages];
-    Landing land[kLandStages];
+    uint64_t full[kStages];   // the loader's copies landed (one arrival + transaction bytes)
+    uint64_t empty[kStages];  // every consumer warp is done with the stage
     uint16_t out_stage[kConsumerWarps][kChunk][16];
   };
   static constexpr int kSmemBytes = sizeof(Smem);

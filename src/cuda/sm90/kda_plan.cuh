@@ -92,14 +92,15 @@ __device__ __forceinline__ WorkUnit table_unit(const KdaFwdArgs& a, const SeqTab
 
 // The chain of a split sequence: S_{j+1} = S_j P_j + R_j for j = 1 .. m-2, in fp32 (every P_j is a
 // product of factors Diag(alpha)(I - beta k k^T) of norm <= 1, so the chain cannot amplify the
-// rounding of earlier steps). One CTA per (split sequence, head, 16 rows); P_{j+1} is fetched while
-// step j computes.
+// rounding of earlier steps). One CTA per (split sequence, head, 8 rows); P_{j+1} and R_{j+1} are
+// fetched while step j computes.
 struct ChainTraits {
-  static constexpr int kRows = 16;
-  static constexpr int kThreads = 128;  // thread: rows 2 rg, 2 rg + 1 (rg = tid / 16), 8 columns
+  static constexpr int kRows = 8;
+  static constexpr int kThreads = 128;  // thread: row tid / 16, columns 8 (tid % 16) .. + 7
   struct Smem {
     float p[2][KdaDims::kDim][KdaDims::kDim];
-    float s_t[KdaDims::kDim][kRows];  // the current rows, transposed: s_t[k][r]
+    float r[2][kRows][KdaDims::kDim];
+    float s_t[KdaDims::kDim][kRows];  // the current rows, transposed: s_t[k][row]
     int seq;
   };
   static constexpr int kSmemBytes = sizeof(Smem);

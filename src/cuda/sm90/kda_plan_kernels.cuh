@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(1024) kda_plan_kernel(const __grid_constant__ 
 
 __global__ void __launch_bounds__(ChainTraits::kThreads) kda_chain_kernel(const __grid_constant__ KdaFwdArgs a,
                                                                           const __grid_constant__ PlanArgs p) {
-  constexpr int D = KdaDims::kDim, R = ChainTraits::kRows, kSlices = D / R;
+  constexpr int D = KdaDims::kDim, R = ChainTraits::kRows, kSlices = D / R, kT = ChainTraits::kThreads;
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   auto& sm = *reinterpret_cast<ChainTraits::Smem*>(smem_bytes);
   const int b = blockIdx.x, slice = b % kSlices, hv = (b / kSlices) % a.heads_v;
@@ -108,60 +108,48 @@ __global__ void __launch_bounds__(ChainTraits::kThreads) kda_chain_kernel(const 
   if (n < 0 || p.seq.slot[n] < 0) return;
   const int64_t e0 = p.seq.extra_off[n];
   const int segs = int(p.seq.extra_off[n + 1] - e0) + 1;
-  const int tid = threadIdx.x, rg = tid / 16, c0 = (tid % 16) * 8, row0 = slice * R;
-  auto rows_at = [&](const float* buf, int64_t e) { return buf + state_row_offset(e, a.heads_v, hv, row0); };
-  auto fetch_p = [&](int j, int buf) {  // P_j into p[buf]: 4,096 16-byte copies
-    const float* src = p.seg_p + state_row_offset(e0 + j - 1, a.heads_v, hv, 0);
-    for (int i = tid; i < D * D / 4; i += ChainTraits::kThreads)
-      ptx::cp_async_16(&sm.p[buf][0][0] + 4 * i, src + 4 * i, 16);
+  const int tid = threadIdx.x, row = tid / 16, c0 = (tid % 16) * 8, row0 = slice * R;
+  auto at = [&](const float* buf, int64_t e, int r) { return buf + state_row_offset(e, a.heads_v, hv, r); };
+  auto fetch = [&](int j, int buf) {  // P_j (all rows) and this CTA's rows of R_j, 16 bytes a copy
+    const float* pj = at(p.seg_p, e0 + j - 1, 0);
+    for (int i = tid; i < D * D / 4; i += kT) ptx::cp_async_16(&sm.p[buf][0][0] + 4 * i, pj + 4 * i, 16);
+    const float* rj = at(p.seg_r, e0 + j - 1, row0);
+    for (int i = tid; i < R * D / 4; i += kT) ptx::cp_async_16(&sm.r[buf][0][0] + 4 * i, rj + 4 * i, 16);
     ptx::cp_async_commit();
   };
-  fetch_p(1, 0);
-  {  // S_1 (written by segment 0 in pass 1), transposed into shared memory
-    const float* s1 = rows_at(p.seg_start, e0);
-    for (int i = tid; i < R * D; i += ChainTraits::kThreads) sm.s_t[i % D][i / D] = s1[i];
+  if (segs >= 3) fetch(1, 0);
+  {  // S_1 (segment 0's end, written by pass 1), transposed into shared memory
+    const float* s1 = at(p.seg_start, e0, row0);
+    for (int i = tid; i < R * D; i += kT) sm.s_t[i % D][i / D] = s1[i];
   }
   for (int j = 1; j <= segs - 2; ++j) {
+    const int buf = (j - 1) % 2;
     if (j + 1 <= segs - 2) {
-      fetch_p(j + 1, j % 2);
+      fetch(j + 1, j % 2);
       ptx::cp_async_wait<1>();
     } else {
       ptx::cp_async_wait<0>();
     }
-    __syncthreads();  // P_j and the current rows are visible
-    const float(*pj)[D] = sm.p[(j - 1) % 2];
-    float acc[2][8];
-    const float* r_rows = rows_at(p.seg_r, e0 + j - 1);
+    __syncthreads();  // P_j, R_j and the current rows are visible
+    float acc[8];
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int c = 0; c < 8; c += 4) {
-        const float4 x = *reinterpret_cast<const float4*>(r_rows + (2 * rg + r) * D + c0 + c);
-        acc[r][c] = x.x, acc[r][c + 1] = x.y, acc[r][c + 2] = x.z, acc[r][c + 3] = x.w;
-      }
-#pragma unroll 4
+    for (int c = 0; c < 8; ++c) acc[c] = sm.r[buf][row][c0 + c];
+#pragma unroll 8
     for (int k = 0; k < D; ++k) {
-      const float2 s = *reinterpret_cast<const float2*>(&sm.s_t[k][2 * rg]);
-      const float4 p0 = *reinterpret_cast<const float4*>(&pj[k][c0]);
-      const float4 p1 = *reinterpret_cast<const float4*>(&pj[k][c0 + 4]);
-      const float pk[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
-#pragma unroll
-      for (int c = 0; c < 8; ++c) {
-        acc[0][c] = fmaf(s.x, pk[c], acc[0][c]);
-        acc[1][c] = fmaf(s.y, pk[c], acc[1][c]);
-      }
+      const float s = sm.s_t[k][row];
+      const float4 p0 = *reinterpret_cast<const float4*>(&sm.p[buf][k][c0]);
+      const float4 p1 = *reinterpret_cast<const float4*>(&sm.p[buf][k][c0 + 4]);
+      acc[0] = fmaf(s, p0.x, acc[0]), acc[1] = fmaf(s, p0.y, acc[1]);
+      acc[2] = fmaf(s, p0.z, acc[2]), acc[3] = fmaf(s, p0.w, acc[3]);
+      acc[4] = fmaf(s, p1.x, acc[4]), acc[5] = fmaf(s, p1.y, acc[5]);
+      acc[6] = fmaf(s, p1.z, acc[6]), acc[7] = fmaf(s, p1.w, acc[7]);
     }
-    __syncthreads();  // every thread has read the current rows
-    float* out = const_cast<float*>(rows_at(p.seg_start, e0 + j));
+    __syncthreads();  // every thread has read the current rows and this step's buffers
+    float* out = const_cast<float*>(at(p.seg_start, e0 + j, row0)) + row * D + c0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-#pragma unroll
-      for (int c = 0; c < 8; ++c) sm.s_t[c0 + c][2 * rg + r] = acc[r][c];
-#pragma unroll
-      for (int c = 0; c < 8; c += 4)
-        *reinterpret_cast<float4*>(out + (2 * rg + r) * D + c0 + c) =
-            make_float4(acc[r][c], acc[r][c + 1], acc[r][c + 2], acc[r][c + 3]);
-    }
+    for (int c = 0; c < 8; ++c) sm.s_t[c0 + c][row] = acc[c];
+    reinterpret_cast<float4*>(out)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    reinterpret_cast<float4*>(out)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
   }
 }
 

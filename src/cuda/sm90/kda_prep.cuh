@@ -22,7 +22,7 @@ struct WorkspaceSink {
   __device__ void kq(int t, int c, const float (&k)[2], const float (&q)[2]) const {
     *reinterpret_cast<float2*>(&tl.k_tilde[t][2 * c]) = make_float2(ptx::round_tf32(k[0]), ptx::round_tf32(k[1]));
     *reinterpret_cast<float2*>(&tl.q_tilde[t][2 * c]) = make_float2(ptx::round_tf32(q[0]), ptx::round_tf32(q[1]));
-    const int at = (t * KdaDims::kDim + c) * 4;  // byte offset of the (t, c) pair
+    const int at = 4 * KdaPrepared::kq_word(t, c);  // byte offset of the (t, c) pair
     *reinterpret_cast<__half2*>(dst + KdaPrepared::kKTilde + at) = __floats2half2_rn(k[0], k[1]);
     *reinterpret_cast<__half2*>(dst + KdaPrepared::kQHat + at) =
         __floats2half2_rn(q[0] * inv_scale, q[1] * inv_scale);
@@ -34,17 +34,19 @@ struct WorkspaceSink {
       const __half2 x = __floats2half2_rn(kd[2 * t], kd[2 * t + 1]);
       h[t] = *reinterpret_cast<const uint32_t*>(&x);
     }
-    uint4* d = reinterpret_cast<uint4*>(dst + KdaPrepared::kKDec + c * KdaDims::kChunk * 2);
-    d[0] = make_uint4(h[0], h[1], h[2], h[3]);
-    d[1] = make_uint4(h[4], h[5], h[6], h[7]);
+    // Words 0-3 and 4-7 of the channel's row, swapped on the rows the swizzle flips.
+    uint4* d = reinterpret_cast<uint4*>(dst + KdaPrepared::kKDec + 32 * c);  // the channel's 8 words
+    const int flip = KdaPrepared::k_dec_word(c, 0) % 8 != 0;
+    d[flip] = make_uint4(h[0], h[1], h[2], h[3]);
+    d[1 - flip] = make_uint4(h[4], h[5], h[6], h[7]);
   }
   __device__ void gamma(int c, float g) const { reinterpret_cast<float*>(dst + KdaPrepared::kGamma)[c] = g; }
   __device__ void neg_v(int, const float (&)[KdaDims::kChunk]) const {}
   __device__ void m(int t, int s, float x) const {
-    reinterpret_cast<float*>(dst + KdaPrepared::kM)[t * KdaDims::kChunk + s] = ptx::round_tf32(x);
+    reinterpret_cast<float*>(dst + KdaPrepared::kM)[KdaPrepared::square_word(t, s)] = ptx::round_tf32(x);
   }
   __device__ void neg_t(int t, int s, float x) const {
-    reinterpret_cast<float*>(dst + KdaPrepared::kNegT)[t * KdaDims::kChunk + s] = ptx::round_tf32(x);
+    reinterpret_cast<float*>(dst + KdaPrepared::kNegT)[KdaPrepared::square_word(t, s)] = ptx::round_tf32(x);
   }
 };
 

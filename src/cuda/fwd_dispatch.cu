@@ -28,6 +28,7 @@ struct HostPlan {
   int64_t seg_chunks = 0;  // L
   int64_t max_chunks = 0;  // bound on the sum of every sequence's chunks
   int64_t max_extra = 0;   // bound on the split segments beyond each sequence's first
+  int prep_chunks = 4;     // chunks per preparation CTA
   int slices1 = 1, slices3 = 1;
   // Workspace layout (byte offsets from the aligned base).
   size_t off_table = 0, off_prepared = 0, off_segments = 0, bytes = 0;
@@ -59,14 +60,19 @@ HostPlan make_plan(const FwdParams& p, int sm_count) {
     if (p.segment_chunks > 0) {
       h.seg_chunks = p.segment_chunks;
     } else {
-      // m segments of one sequence keep HV * (2m - 3) CTAs of 128 rows busy in pass 1: as many as
-      // fit one per SM. Fewer than 3 segments gain nothing.
-      const int64_t m = (sm_count / HV + 3) / 2;
+      // m segments of one sequence make HV * (2m - 3) CTAs of 128 rows in pass 1 and HV * (m - 1)
+      // parts in pass 3, run as 2 CTAs of 64 rows each: as many as fit one CTA per SM in both
+      // (h4_64k: m = 17, 124 and 128 CTAs). Fewer than 3 segments gain nothing.
+      const int64_t m = std::min<int64_t>((sm_count / HV + 3) / 2, sm_count / (2 * HV) + 1);
       if (m >= 3) h.seg_chunks = std::max(kMinSegmentChunks, ceil_div(longest, m));
     }
   }
   if (h.seg_chunks < longest) h.max_extra = h.max_chunks / h.seg_chunks;
   h.slices1 = slices_for((N + 2 * h.max_extra) * HV, sm_count);
+  // Enough chunks per preparation CTA to amortise its start, few enough for two waves or more
+  // (4 CTAs an SM).
+  const int64_t per_wave = int64_t(sm_count) * sm90::KdaPrepTraits::kCtasPerSm;
+  h.prep_chunks = int(std::clamp<int64_t>(h.max_chunks * HV / (2 * per_wave), 4, 32));
   h.slices3 = slices_for(std::max<int64_t>(h.max_extra, 1) * HV, sm_count);
 
   // As plan_args() carves it: begin, len, slot, zero_init, then the prefix sums, each aligned.
@@ -101,6 +107,7 @@ sm90::PlanArgs plan_args(const HostPlan& h, const FwdParams& p) {
   const size_t per = size_t(h.max_extra) * HV * (kStateBytes / 4);
   a.seg_start = seg, a.seg_r = seg + per, a.seg_p = seg + 2 * per;
   a.seg_chunks = int(std::min<int64_t>(h.seg_chunks, INT32_MAX));
+  a.prep_chunks = h.prep_chunks;
   return a;
 }
 
@@ -130,7 +137,7 @@ Status run_fused(sm90::KdaFwdArgs& a, int64_t pairs, int sm_count, cudaStream_t 
 Status run_prepared(const HostPlan& h, const sm90::KdaFwdArgs& a, const FwdParams& p, cudaStream_t stream) {
   const int64_t N = num_sequences(p), HV = a.heads_v;
   sm90::PlanArgs pa = plan_args(h, p);
-  const int64_t prep_ctas = HV * (h.max_chunks / sm90::KdaPrepTraits::kChunksPerCta + N);
+  const int64_t prep_ctas = HV * (h.max_chunks / h.prep_chunks + N);
   const int64_t p1_ctas = (N + 2 * h.max_extra) * HV * h.slices1;
   const int64_t p3_ctas = h.max_extra * HV * h.slices3;
   const int64_t chain_ctas = (h.max_extra / 2) * HV * (sm90::KdaDims::kDim / sm90::ChainTraits::kRows);

@@ -173,7 +173,6 @@ struct KdaPrepTraits : KdaDims {
   static constexpr int kProducerGroups = 1;
   static constexpr int kThreads = kGroupThreads;
   static constexpr int kRawStages = 2;
-  static constexpr int kChunksPerCta = 4;
   static constexpr int kCtasPerSm = 4;  // 128 registers a thread, ~52 KB of shared memory a CTA
   static constexpr int kBarGroup0 = 1;
   using Raw = KdaRaw<0>;

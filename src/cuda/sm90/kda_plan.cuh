@@ -6,7 +6,7 @@
 // kernels search to find their work:
 //
 //   chunks    ceil(len / 16)                 where its prepared chunks start in the workspace
-//   prep      ceil(chunks / 4)               preparation CTAs (4 chunks each)
+//   prep      ceil(chunks / prep_chunks)     preparation CTAs
 //   segments  ceil(chunks / L), or 1         a sequence of 2 segments is not split: it would gain
 //                                            nothing (segment 1 must wait for segment 0 either way)
 //   pass 1    1 (unsplit) or 1 + 2 (m - 2)   segment 0 from the true start state, and for each of
@@ -47,6 +47,7 @@ struct PlanArgs {
   float* seg_r;             // R_j
   float* seg_p;             // P_j
   int seg_chunks;           // L; a value >= every sequence's chunk count means no split
+  int prep_chunks;          // consecutive chunks one preparation CTA prepares
   int slices;               // CTAs sharing the 128 rows of one part in this launch
 };
 

@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(1024) kda_plan_kernel(const __grid_constant__ 
       int64_t segs = chunks > p.seg_chunks ? (chunks + p.seg_chunks - 1) / p.seg_chunks : 1;
       if (segs == 2) segs = 1;
       v[0] = chunks;
-      v[1] = (chunks + KdaPrepTraits::kChunksPerCta - 1) / KdaPrepTraits::kChunksPerCta;
+      v[1] = (chunks + p.prep_chunks - 1) / p.prep_chunks;
       v[2] = segs - 1;
       v[3] = segs == 1 ? 1 : 2 * segs - 3;
       v[4] = segs - 1;

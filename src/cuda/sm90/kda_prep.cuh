@@ -1,6 +1,7 @@
 // The preparation pass of the prepared plans: every chunk of every (sequence, value head) is
 // prepared once, chunk-parallel, by the fused kernel's producer code, and stored in the workspace
-// in the compact form of KdaPrepared. One producer group a CTA, kChunksPerCta consecutive chunks.
+// in the compact form of KdaPrepared. One producer group a CTA, PlanArgs::prep_chunks consecutive
+// chunks (a CTA's start -- finding its sequence, its pointers -- is ~3 us, worth amortising).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -68,7 +69,7 @@ __global__ void __launch_bounds__(KdaPrepTraits::kThreads, KdaPrepTraits::kCtasP
   const WorkUnit w = table_unit(a, p.seq, n, hv, 0);
   if (w.skip) return;  // a padding sequence is never read
   const int nchunks = int((w.len + Tr::kChunk - 1) / Tr::kChunk);
-  const int c0 = int(block) * Tr::kChunksPerCta, c1 = min(c0 + Tr::kChunksPerCta, nchunks);
+  const int c0 = int(block) * p.prep_chunks, c1 = min(c0 + p.prep_chunks, nchunks);
   const float inv_scale = a.scale != 0.f ? 1.f / a.scale : 0.f;
   unsigned char* base = prepared_chunk(p, a.heads_v, n, hv, 0);
   const int64_t stride = int64_t(a.heads_v) * KdaPrepared::kBytes;

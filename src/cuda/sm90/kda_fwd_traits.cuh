@@ -206,7 +206,7 @@ struct KdaRecTraits : KdaDims {
   };
   struct Smem {
     Stage stage[kStages];
-    uint64_t full[kStages];   // the loader's copies landed (one arrival + transaction bytes)
+    uint64_t full[kStages];   // the loader's copies landed (its 32 lanes' arrivals + transaction bytes)
     uint64_t empty[kStages];  // every consumer warp is done with the stage
     uint16_t out_stage[kConsumerWarps][kChunk][16];
   };

@@ -34,7 +34,8 @@ struct KdaLoader {
   // Chunk i into stage i % kStages once the consumers released it: lane 0 announces the bytes and
   // copies the prepared chunk (the parts without output only its first kOutputFree bytes); lane t
   // copies v row t, or zeroes it past the end of the sequence (the delta rule then sees v = 0 for
-  // a token whose beta is 0: no NaN can come from stale shared memory).
+  // a token whose beta is 0: no NaN can come from stale shared memory). Every lane arrives on FULL
+  // (its count is 32), which releases its own zeroing stores to the consumers.
   __device__ void run() {
     const uint32_t prepared_bytes = io.write_out ? KdaPrepared::kBytes : KdaPrepared::kOutputFree;
     for (int i = 0; i < io.nchunks; ++i) {
@@ -47,10 +48,11 @@ struct KdaLoader {
         uint4* row = reinterpret_cast<uint4*>(&st.v[lane][0]);
         for (int x = 0; x < kVRowBytes / 16; ++x) row[x] = make_uint4(0, 0, 0, 0);
       }
-      __syncwarp();
       if (lane == 0) {
         mbarrier_arrive_expect_tx(&sm.full[s], prepared_bytes + uint32_t(valid) * kVRowBytes);
         bulk_copy_g2s(st.prepared, src0 + i * stride, prepared_bytes, &sm.full[s]);
+      } else {
+        mbarrier_arrive(&sm.full[s]);
       }
       if (lane < valid) bulk_copy_g2s(&st.v[lane][0], v_base + (tok0 + lane) * v_token_stride, kVRowBytes, &sm.full[s]);
     }
@@ -137,7 +139,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   const RowsIO io = part_rows(a, p, w, pass, local, Tr::kVRows);
   if (threadIdx.x == 0) {
     for (int s = 0; s < Tr::kStages; ++s) {
-      mbarrier_init(&sm.full[s], 1);
+      mbarrier_init(&sm.full[s], 32);  // every loader lane
       mbarrier_init(&sm.empty[s], Tr::kConsumerWarps);
     }
   }

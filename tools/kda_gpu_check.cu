@@ -57,6 +57,7 @@ struct Case {
   bool initial = true, in_place = false, i32 = false;
   float g_shift = 0.f, v_scale = 1.f;
   bool zero_key = false, packed_qkv = false;
+  bool collinear = false;  // stress: one key direction per head plus 1 % noise, beta logits + 6
   float lower_bound = -5.f;
 };
 
@@ -108,6 +109,14 @@ Host make_inputs(const Case& c) {
   fill_normal(h.v, tok * h.HV * D, c.v_scale);
   fill_normal(h.g, tok * h.HV * D, 1.f, c.g_shift);
   fill_normal(h.beta, tok * h.HV);
+  if (c.collinear) {
+    std::normal_distribution<float> nd;
+    std::vector<float> dir(h.H * D);
+    for (auto& e : dir) e = nd(rng());
+    for (int64_t t = 0; t < tok; ++t)
+      for (int64_t i = 0; i < h.H * D; ++i) h.k[t * h.H * D + i] = float_to_bf16(dir[i] + 0.01f * nd(rng()));
+    for (auto& e : h.beta) e = float_to_bf16(bf16_to_float(e) + 6.f);
+  }
   if (c.zero_key && tok > 0)
     for (int i = 0; i < D; ++i) h.k[(tok / 2 * h.H) * D + i] = 0;
   std::uniform_real_distribution<float> u(0.f, 1.f);
@@ -528,6 +537,7 @@ std::vector<Case> edge_cases() {
   c = {}; c.name = "long fixed B=2 T=1100 bf16 state"; c.batch = 2; c.seqlen = 1100; c.H = 2; c.state = DType::kBF16; add(c);
   c = {}; c.name = "long GVA HV=2H T=900 no initial"; c.batch = 1; c.seqlen = 900; c.H = 2; c.HV = 4; c.initial = false; add(c);
   c = {}; c.name = "long strided int32 800/33"; c.lens = {800, 33}; c.packed_qkv = true; c.i32 = true; add(c);
+  c = {}; c.name = "stress collinear keys weak decay"; c.lens = {700, 90}; c.H = 2; c.g_shift = -7.f; c.collinear = true; add(c);
   return cs;
 }
 
@@ -934,13 +944,15 @@ int run_checks() {
   for (const Case& c : edge_cases()) {
     const Host h = make_inputs(c);
     const Result ref = run_backend(c, h, Backend::kCpuReference, nullptr);
-    const double tol_state = c.state == DType::kF32 ? 3e-3 : 8e-3;  // bf16 states: storage rounding
+    // bf16 states: storage rounding; the stress case: docs/spec.md's 1e-2
+    const double tol_out = c.collinear ? 1e-2 : 4e-3;
+    const double tol_state = c.collinear ? 1e-2 : c.state == DType::kF32 ? 3e-3 : 8e-3;
     for (const PlanChoice& plan : g_plans) {
       g_plan = plan;
       bool written = false;
       const Result got = run_backend(c, h, Backend::kCuda, &written);
       report(("cuda/" + plan.name).c_str(), c.name, rel(got.out, ref.out),
-             c.state == DType::kNone ? 0 : rel(got.state, ref.state), written, 4e-3, tol_state);
+             c.state == DType::kNone ? 0 : rel(got.state, ref.state), written, tol_out, tol_state);
     }
     g_plan = PlanChoice{"auto"};
     if (c.name.rfind("spec", 0) == 0 || c.name.rfind("weak", 0) == 0) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks of the CUDA forward, for anyone with an H200 (sm_90). In order:
 #   1. correctness against the float64 reference and the fp32 GPU recurrence (kda_gpu_check check;
-#      forward and decode);
+#      forward under every plan, and decode);
 #   2. compute-sanitizer memcheck and racecheck on small varlen forward and decode cases;
 #   3. the BENCH.md prefill and decode benchmarks from C++ (kda_gpu_check bench, bench-decode:
 #      median, copy floor in the run);
@@ -23,11 +23,15 @@ if [[ ! -x $TOOL ]]; then
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 status=0
-echo "== check"; "$TOOL" check >"$OUTDIR/check.log" 2>&1 || status=1
+# Every forward plan the planner can choose, forced (docs/kernel.md, "Plans"); split:1 and split:4
+# cut even the short edge cases into many segments.
+PLANS=${PLANS:-auto,fused,prepared,split:1,split:4}
+echo "== check ($PLANS)"; "$TOOL" check --plans "$PLANS" >"$OUTDIR/check.log" 2>&1 || status=1
 grep -E "FAIL|PASSED|FAILED" "$OUTDIR/check.log"
 for tool in memcheck racecheck; do
   echo "== compute-sanitizer $tool"
-  compute-sanitizer --tool "$tool" --error-exitcode 3 "$TOOL" sanitize >"$OUTDIR/sanitize_$tool.log" 2>&1 || status=1
+  compute-sanitizer --tool "$tool" --error-exitcode 3 "$TOOL" sanitize --plans auto,fused,split:3 \
+    >"$OUTDIR/sanitize_$tool.log" 2>&1 || status=1
   tail -n 1 "$OUTDIR/sanitize_$tool.log"
 done
 echo "== bench (C++)"; "$TOOL" bench --reps "${REPS:-30}" --json "$OUTDIR/bench_cpp.json" 2>&1 | grep -v seed || status=1

@@ -13,6 +13,9 @@
 //                            BENCH.md's decode256_32 and B = 1..256, T = 1, 4, fp32/bf16 pools, H = 32:
 //                            per-call median over rotated pools and inputs, copy floor in the same run
 //
+//   --plans a,b,...          (any mode) the forward plans to run: auto, fused, prepared, split,
+//                            split:L (L chunks a segment); check and bench run each, sanitize too
+//
 // Exit code 0 only if every check passed.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

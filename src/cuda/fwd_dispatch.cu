@@ -25,6 +25,9 @@ size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 // What the host decides from the sizes it knows; the device refines it per sequence (kda_plan.cuh).
 struct HostPlan {
   FwdPlan kind = FwdPlan::kFused;
+  // kAuto on a packed batch whose pairs fill the GPU: the plan kernel looks at the lengths and
+  // runs either the fused kernel or the split plan (both launched; the other returns at once).
+  bool device_decides = false;
   int64_t seg_chunks = 0;  // L
   int64_t max_chunks = 0;  // bound on the sum of every sequence's chunks
   int64_t max_extra = 0;   // bound on the split segments beyond each sequence's first
@@ -47,9 +50,20 @@ HostPlan make_plan(const FwdParams& p, int sm_count) {
   HostPlan h;
   const int64_t N = num_sequences(p), HV = p.heads_v > 0 ? p.heads_v : p.heads;
   h.kind = p.plan;
-  if (h.kind == FwdPlan::kAuto) h.kind = N * HV >= sm_count ? FwdPlan::kFused : FwdPlan::kSplit;
+  if (h.kind == FwdPlan::kAuto) {
+    // Pairs that fill the GPU: the fused kernel (measured faster on every such BENCH row). A packed
+    // batch may still hide one long sequence that only a split helps: the device decides, where a
+    // split is possible at all (m >= 3 below, i.e. HV <= SMs / 3).
+    const bool filled = N * HV >= sm_count;
+    h.kind = filled ? FwdPlan::kFused : FwdPlan::kSplit;
+    if (filled && p.cu_seqlens != nullptr && N > 1 && 3 * HV <= sm_count) {
+      h.kind = FwdPlan::kSplit;
+      h.device_decides = true;
+    }
+  }
   if (h.kind == FwdPlan::kFused || N == 0) {
     h.kind = FwdPlan::kFused;
+    h.device_decides = false;
     return h;
   }
   // Sum of ceil(len / 16) over the sequences: at most T / 16 + N packed, B * ceil(T / 16) fixed.
@@ -75,8 +89,9 @@ HostPlan make_plan(const FwdParams& p, int sm_count) {
   h.prep_chunks = int(std::clamp<int64_t>(h.max_chunks * HV / (2 * per_wave), 4, 32));
   h.slices3 = slices_for(std::max<int64_t>(h.max_extra, 1) * HV, sm_count);
 
-  // As plan_args() carves it: begin, len, slot, zero_init, then the prefix sums, each aligned.
-  const size_t table = 3 * align_up(N * sizeof(int64_t)) + align_up(N) +
+  // As plan_args() carves it: the device plan flag, begin, len, slot, zero_init, then the prefix
+  // sums, each aligned.
+  const size_t table = align_up(sizeof(int)) + 3 * align_up(N * sizeof(int64_t)) + align_up(N) +
                        sm90::kSeqTableSums * align_up((N + 1) * sizeof(int64_t));
   h.off_table = 0;
   h.off_prepared = align_up(table);
@@ -95,6 +110,8 @@ sm90::PlanArgs plan_args(const HostPlan& h, const FwdParams& p) {
     t += align_up(bytes);
     return r;
   };
+  int* device_plan = reinterpret_cast<int*>(take(sizeof(int)));
+  a.device_plan = h.device_decides ? device_plan : nullptr;
   a.seq.begin = reinterpret_cast<int64_t*>(take(N * sizeof(int64_t)));
   a.seq.len = reinterpret_cast<int64_t*>(take(N * sizeof(int64_t)));
   a.seq.slot = reinterpret_cast<int64_t*>(take(N * sizeof(int64_t)));
@@ -134,9 +151,10 @@ Status run_fused(sm90::KdaFwdArgs& a, int64_t pairs, int sm_count, cudaStream_t 
   return Status::Ok();
 }
 
-Status run_prepared(const HostPlan& h, const sm90::KdaFwdArgs& a, const FwdParams& p, cudaStream_t stream) {
+Status run_prepared(const HostPlan& h, sm90::KdaFwdArgs& a, const FwdParams& p, int sm_count, cudaStream_t stream) {
   const int64_t N = num_sequences(p), HV = a.heads_v;
   sm90::PlanArgs pa = plan_args(h, p);
+  pa.sm_count = sm_count;
   const int64_t prep_ctas = HV * (h.max_chunks / h.prep_chunks + N);
   const int64_t p1_ctas = (N + 2 * h.max_extra) * HV * h.slices1;
   const int64_t p3_ctas = h.max_extra * HV * h.slices3;
@@ -144,6 +162,11 @@ Status run_prepared(const HostPlan& h, const sm90::KdaFwdArgs& a, const FwdParam
   for (int64_t c : {prep_ctas, p1_ctas, p3_ctas, chain_ctas})
     if (c > INT32_MAX) return {StatusCode::kUnsupported, "q: too many chunks for one launch"};
   cudaError_t e = sm90::launch_kda_plan(a, pa, stream);
+  if (e == cudaSuccess && h.device_decides) {
+    a.device_plan = pa.device_plan;
+    const Status st = run_fused(a, N * HV, sm_count, stream);  // returns at once unless chosen
+    if (!st.ok()) return st;
+  }
   if (e == cudaSuccess && prep_ctas > 0) e = sm90::launch_kda_prep(a, pa, prep_ctas, stream);
   if (e == cudaSuccess) {
     pa.slices = h.slices1;
@@ -209,7 +232,7 @@ Status fwd(const FwdParams& p, cudaStream_t stream) {
 
   const HostPlan h = make_plan(p, sm_count);
   if (h.kind == FwdPlan::kFused) return run_fused(a, N * HV, sm_count, stream);
-  return run_prepared(h, a, p, stream);
+  return run_prepared(h, a, p, sm_count, stream);
 }
 
 }  // namespace flash_kda::cuda

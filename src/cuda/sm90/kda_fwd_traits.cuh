@@ -30,6 +30,10 @@ struct KdaFwdArgs {
   const int32_t* state_indices;      // pool slot of each sequence, or nullptr (slot n)
   const uint8_t* has_initial_state;  // per sequence: 0 = start from zeros, or nullptr
   int64_t pool_size;                 // slots in the pools (with state_indices)
+  // Set when the plan is decided on the device (docs/kernel.md, "Plans"): 1 = the fused kernel
+  // runs, 0 = the prepared kernels run; each launched kernel returns at once when it is not its
+  // turn. nullptr: the host decided.
+  const int* device_plan;
   int64_t q_s[3], k_s[3], v_s[3], g_s[3], out_s[3], beta_s[3];  // batch, token, head
   int64_t seqlen;      // T (per batch row; the packed length with cu_seqlens)
   int num_seqs;        // N

@@ -46,6 +46,8 @@ struct PlanArgs {
   float* seg_start;         // [extra slot][HV][128][128]: S_j
   float* seg_r;             // R_j
   float* seg_p;             // P_j
+  int* device_plan;         // with KdaFwdArgs::device_plan: the plan kernel writes 1 (fused) or 0
+  int sm_count;
   int seg_chunks;           // L; a value >= every sequence's chunk count means no split
   int prep_chunks;          // consecutive chunks one preparation CTA prepares
   int slices;               // CTAs sharing the 128 rows of one part in this launch
@@ -65,6 +67,12 @@ __device__ __forceinline__ int find_sequence(const int64_t* off, int N, int64_t 
     hi = min(hi, lo + step);
   }
   return lo;
+}
+
+// True when this launch of a prepared-plan kernel has nothing to do because the device chose the
+// fused kernel (uniform over the grid).
+__device__ __forceinline__ bool fused_chosen(const KdaFwdArgs& a) {
+  return a.device_plan != nullptr && *a.device_plan == 1;
 }
 
 // The sequence and local index of work item r of a list whose per-sequence prefix sums are `off`;

@@ -48,8 +48,11 @@ __device__ __forceinline__ void block_exclusive_scan(int64_t (&v)[kSeqTableSums]
 __global__ void __launch_bounds__(1024) kda_plan_kernel(const __grid_constant__ KdaFwdArgs a,
                                                         const __grid_constant__ PlanArgs p) {
   __shared__ int64_t warp_sums[32][kSeqTableSums];
+  __shared__ unsigned long long longest;
   constexpr int C = KdaDims::kChunk;
   int64_t carry[kSeqTableSums] = {};
+  if (threadIdx.x == 0) longest = 0;
+  __syncthreads();
   for (int base = 0; base < a.num_seqs; base += blockDim.x) {
     const int n = base + threadIdx.x;
     int64_t v[kSeqTableSums] = {};
@@ -66,6 +69,7 @@ __global__ void __launch_bounds__(1024) kda_plan_kernel(const __grid_constant__ 
       p.seq.slot[n] = slot;
       p.seq.zero_init[n] = a.has_initial_state != nullptr && a.has_initial_state[n] == 0;
       const int64_t chunks = (len + C - 1) / C;
+      atomicMax(&longest, static_cast<unsigned long long>(chunks));
       int64_t segs = chunks > p.seg_chunks ? (chunks + p.seg_chunks - 1) / p.seg_chunks : 1;
       if (segs == 2) segs = 1;
       v[0] = chunks;
@@ -88,6 +92,13 @@ __global__ void __launch_bounds__(1024) kda_plan_kernel(const __grid_constant__ 
     int64_t* offs[kSeqTableSums] = {p.seq.chunk_off, p.seq.prep_off, p.seq.extra_off,
                                     p.seq.p1_off,    p.seq.p3_off,   p.seq.split_off};
     for (int q = 0; q < kSeqTableSums; ++q) offs[q][a.num_seqs] = carry[q];
+    // Device-decided plan (a packed batch whose pairs fill the GPU): the fused kernel walks each
+    // (sequence, head) alone, so it pays when no sequence is much longer than the balanced load
+    // per SM; a sequence 4x longer than that runs split instead.
+    if (p.device_plan != nullptr) {
+      const int64_t balanced = carry[0] * a.heads_v / p.sm_count;
+      *p.device_plan = int64_t(longest) > 4 * balanced ? 0 : 1;
+    }
   }
 }
 
@@ -96,6 +107,7 @@ __global__ void __launch_bounds__(ChainTraits::kThreads) kda_chain_kernel(const 
   constexpr int D = KdaDims::kDim, R = ChainTraits::kRows, kSlices = D / R, kT = ChainTraits::kThreads;
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   auto& sm = *reinterpret_cast<ChainTraits::Smem*>(smem_bytes);
+  if (fused_chosen(a)) return;
   const int b = blockIdx.x, slice = b % kSlices, hv = (b / kSlices) % a.heads_v;
   int n;
   int64_t local;

@@ -61,6 +61,7 @@ __global__ void __launch_bounds__(KdaPrepTraits::kThreads, KdaPrepTraits::kCtasP
   using Tr = KdaPrepTraits;
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   auto& sm = *reinterpret_cast<Tr::Smem*>(smem_bytes);
+  if (fused_chosen(a)) return;
   const int hv = blockIdx.x % a.heads_v;
   int n;
   int64_t block;

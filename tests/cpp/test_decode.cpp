@@ -693,6 +693,9 @@ std::vector<BadCase<DecodeParams>> bad_decode_cases() {
       {"PoolEmpty", kInvalid, "state_indices", [](P& p) { p.pool_size = 0; }},
       {"SlotSharedBySequences", kInvalid, "state_indices",
        [i = owned({0, 1, 2, 0, 4, 5, 6, 7, 8})](P& p) { p.state_indices = i->data(); }},
+      {"IndicesInsideOut", kInvalid, "out",
+       [](P& p) { p.state_indices = static_cast<const int32_t*>(static_cast<const void*>(p.out)); }},
+      {"PoolIsQ", kInvalid, "state", [](P& p) { p.state = const_cast<void*>(p.q); }},
       {"ReadSlotWrittenByAnother", kInvalid, "state_indices",
        // Sequence 2 reads column 1 (accepted 2), which sequence 0 writes after its second token.
        [i = owned({0, 1, 2, 3, 4, 5, 6, 1, 8})](P& p) { p.state_indices = i->data(); }},
@@ -721,6 +724,8 @@ std::vector<BadCase<FwdParams>> bad_prefill_cases() {
        [i = owned({4, 9, 4})](P& p) { p.state_indices = i->data(); }},
       {"HasInitialWithoutInitialState", kInvalid, "has_initial_state",
        [](P& p) { p.initial_state = nullptr; }},
+      {"PoolHoldsIndices", kInvalid, "final_state",
+       [](P& p) { p.state_indices = static_cast<const int32_t*>(static_cast<const void*>(p.final_state)); }},
       {"PoolsPartlyOverlap", kInvalid, "final_state",
        // Two pools of 12 slots, 11 slots apart: they overlap although their first slots differ.
        [](P& p) { p.final_state = static_cast<float*>(p.final_state) + 1 * 2 * 16 * 32; }},

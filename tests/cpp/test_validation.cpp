@@ -168,6 +168,22 @@ std::vector<BadCase> bad_cases() {
   add_cu("CuSeqlensShort", {0, 5, 15});
   add_cu("CuSeqlensLong", {0, 5, 17});
   add_cu("CuSeqlensNegative", {0, -1, 16});
+  // Aliasing (docs/spec.md): no written buffer may share a byte with another argument.
+  cases.push_back({"OutIsQ", kInvalid, "out", [](FwdParams& p) { p.out = const_cast<void*>(p.q); }});
+  cases.push_back({"OutHoldsCuSeqlens", kInvalid, "out", [](FwdParams& p) { p.cu_seqlens = p.out; }});
+  cases.push_back({"FinalStateOverlapsOut", kInvalid, "final_state", [](FwdParams& p) { p.final_state = p.out; }});
+  cases.push_back({"FinalStateIsDtBias", kInvalid, "final_state",
+                   [](FwdParams& p) { p.final_state = const_cast<float*>(p.dt_bias); }});
+  // Index arrays are read at their natural alignment.
+  auto misaligned = std::make_shared<std::vector<int64_t>>(8, 0);
+  cases.push_back({"CuSeqlensMisaligned", kInvalid, "cu_seqlens", [misaligned](FwdParams& p) {
+                     p.cu_seqlens = reinterpret_cast<const char*>(misaligned->data()) + 4;
+                   }});
+  // A final state of another dtype than the initial one is fine, but not for the same buffer.
+  cases.push_back({"SameStateTwoDtypes", kType, "final_state", [](FwdParams& p) {
+                     p.initial_state = p.final_state;
+                     p.final_state_dtype = DType::kBF16;
+                   }});
   return cases;
 }
 

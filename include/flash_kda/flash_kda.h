@@ -199,13 +199,13 @@ struct DecodeParams : ProblemParams {
   // most kMaxDecodeTokens).
 
   // ---- state pool ----
-  void* state = nullptr;             // [pool_size, HV, V, K], contiguous; read and written in place
-  DType state_dtype = DType::kNone;  // kBF16 or kF32
-  int64_t pool_size = 0;             // P
-  const int32_t* state_indices = nullptr;         // int32 [N, slots_per_seq]
-  int64_t slots_per_seq = 1;                      // S: 1, or 1 + draft tokens (speculative)
-  int64_t state_indices_stride = 0;               // elements between rows; 0 means slots_per_seq
-  const int32_t* num_accepted_tokens = nullptr;   // int32 [N], only with slots_per_seq > 1
+  void* state = nullptr;                         // [pool_size, HV, V, K], contiguous; read and written in place
+  DType state_dtype = DType::kNone;              // kBF16 or kF32
+  int64_t pool_size = 0;                         // P
+  const int32_t* state_indices = nullptr;        // int32 [N, slots_per_seq]
+  int64_t slots_per_seq = 1;                     // S: 1, or 1 + draft tokens (speculative)
+  int64_t state_indices_stride = 0;              // elements between rows; 0 means slots_per_seq
+  const int32_t* num_accepted_tokens = nullptr;  // int32 [N], only with slots_per_seq > 1
 };
 
 // Checks every argument of a decode call (host-side only, as validate(FwdParams)).

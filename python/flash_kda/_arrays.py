@@ -49,28 +49,42 @@ def _export_one(name, a, bit):
         return a, 0, read_only
     torch = torch_module()
     if torch is not None and isinstance(a, torch.Tensor):
-        # DLPack carries neither torch's negative nor its conjugate bit: resolve them on inputs
-        # (a copy); an output so marked cannot be written in place.
-        if a.is_neg() or a.is_conj():
+        # DLPack does not carry torch's negative bit (torch._neg_view): resolve it on inputs (a
+        # copy); an output so marked cannot be written in place. (The conjugate bit exists on
+        # complex tensors only, whose dtype the C++ layer rejects.)
+        if a.is_neg():
             if name in ("out", "final_state", "state"):
-                raise ValueError(f"{name}: a tensor with the negative or conjugate bit set (a lazy "
-                                 "view) cannot be written in place; pass a resolved tensor")
-            a = a.resolve_neg().resolve_conj()
+                raise ValueError(f"{name}: a tensor with the negative bit set (a lazy view) cannot be "
+                                 "written in place; pass a resolved tensor")
+            a = a.resolve_neg()
         # to_dlpack exports without stream synchronisation (Tensor.__dlpack__() without a stream
         # would make the default stream wait on the current one, which is not allowed while
         # capturing a CUDA graph); the kernels run on the current stream anyway.
         try:
-            return torch._C._to_dlpack(a.detach()), 0, 0
+            return torch._C._to_dlpack(a), 0, 0
         except (BufferError, RuntimeError) as e:  # a tensor DLPack cannot describe (meta, sparse, ...)
             raise ValueError(f"{name}: cannot be passed as an array ({e}; on device {a.device})") from None
     raise TypeError(f"{name}: expected a NumPy array or a torch tensor (got {type(a).__name__})")
 
 
 def export(names, arrays):
-    """The arrays as _C takes them, with the bf16_bits and read_only masks."""
+    """The arrays as _C takes them, with the bf16_bits and read_only masks. Plain torch tensors
+    take the short way (the eager route's per-call cost on CUDA is mostly this loop)."""
+    torch = torch_module()
+    tensor = torch.Tensor if torch is not None else None
+    to_dlpack = torch._C._to_dlpack if torch is not None else None
     out, bf16_bits, read_only = [], 0, 0
-    for i, (name, a) in enumerate(zip(names, arrays)):
-        x, b, r = _export_one(name, a, 1 << i)
+    for i, a in enumerate(arrays):
+        if a is None:
+            out.append(None)
+            continue
+        if type(a) is tensor and not a.is_neg():
+            try:
+                out.append(to_dlpack(a))
+                continue
+            except Exception:  # a tensor DLPack cannot describe: _export_one names it
+                pass
+        x, b, r = _export_one(names[i], a, 1 << i)
         out.append(x)
         bf16_bits |= b
         read_only |= r

@@ -149,13 +149,20 @@ TensorArg describe_meta(nb::handle h, int index) {
   t.given = true;
   t.data = reinterpret_cast<const void*>(uintptr_t(64) * uintptr_t(index + 1));  // marks it present
   const std::string dtype = nb::cast<std::string>(d[0]);
-  if (dtype == "bfloat16") t.dtype = DType::kBF16;
-  else if (dtype == "float32") t.dtype = DType::kF32;
-  else if (dtype == "int32") t.dtype = DType::kI32;
-  else if (dtype == "int64") t.dtype = DType::kI64;
-  else if (dtype == "uint8") t.dtype = DType::kU8;
-  else if (dtype == "bool") t.dtype = DType::kBool;
-  else t.dtype_text = dtype;
+  if (dtype == "bfloat16")
+    t.dtype = DType::kBF16;
+  else if (dtype == "float32")
+    t.dtype = DType::kF32;
+  else if (dtype == "int32")
+    t.dtype = DType::kI32;
+  else if (dtype == "int64")
+    t.dtype = DType::kI64;
+  else if (dtype == "uint8")
+    t.dtype = DType::kU8;
+  else if (dtype == "bool")
+    t.dtype = DType::kBool;
+  else
+    t.dtype_text = dtype;
   const nb::tuple shape = nb::cast<nb::tuple>(d[1]), strides = nb::cast<nb::tuple>(d[2]);
   t.ndim = int(nb::len(shape));
   for (int i = 0; i < t.ndim && i < flash_kda::kMaxTensorRank; ++i) {
@@ -200,9 +207,9 @@ Status run_on_device(Backend backend, int device, const Call& call) {
 // Argument positions of bf16_bits / read_only (the order of fwd's and decode's arrays).
 enum Position { kQ, kK, kV, kG, kBeta, kOut, kALog, kDtBias, kCu, kCuCpu, kState1, kState2, kIdx, kFlag };
 
-void fill_call_args(flash_kda::CallArgs& c, const OptArray& q, const OptArray& k, const OptArray& v,
-                    const OptArray& g, const OptArray& beta, nb::handle scale, const OptArray& out,
-                    const OptArray& A_log, const OptArray& dt_bias, nb::handle lower_bound, const OptArray& cu_seqlens,
+void fill_call_args(flash_kda::CallArgs& c, const OptArray& q, const OptArray& k, const OptArray& v, const OptArray& g,
+                    const OptArray& beta, nb::handle scale, const OptArray& out, const OptArray& A_log,
+                    const OptArray& dt_bias, nb::handle lower_bound, const OptArray& cu_seqlens,
                     const OptArray& cu_seqlens_cpu, const std::string& backend, int cpu_threads, uint64_t bf16,
                     uint64_t ro) {
   c.q = describe(q, kQ, bf16, ro);
@@ -245,9 +252,9 @@ void fwd(const OptArray& q, const OptArray& k, const OptArray& v, const OptArray
   std::optional<Array> workspace;
   if (needed > 0 && !allocate.is_none()) {
     workspace = nb::cast<Array>(allocate(needed));
-    if (workspace->nbytes() < needed || (p.backend == Backend::kCuda &&
-                                         (workspace->device_type() != nb::device::cuda::value ||
-                                          workspace->device_id() != device)))
+    if (workspace->nbytes() < needed ||
+        (p.backend == Backend::kCuda &&
+         (workspace->device_type() != nb::device::cuda::value || workspace->device_id() != device)))
       raise(PyExc_RuntimeError, "workspace: allocate() returned too small an array or one on another device");
     p.workspace = const_cast<void*>(workspace->data());
     p.workspace_bytes = workspace->nbytes();
@@ -257,16 +264,15 @@ void fwd(const OptArray& q, const OptArray& k, const OptArray& v, const OptArray
     return;
   }
   // The arrays stay alive in this frame's arguments while other Python threads run.
-  raise_status(run_on_device(p.backend, device,
-                             [&] { return flash_kda::fwd(p, reinterpret_cast<cudaStream_t>(stream)); }));
+  raise_status(
+      run_on_device(p.backend, device, [&] { return flash_kda::fwd(p, reinterpret_cast<cudaStream_t>(stream)); }));
 }
 
 void decode(const OptArray& q, const OptArray& k, const OptArray& v, const OptArray& g, const OptArray& beta,
             nb::handle scale, const OptArray& out, const OptArray& A_log, const OptArray& dt_bias,
             nb::handle lower_bound, const OptArray& state, const OptArray& state_indices,
-            const OptArray& num_accepted_tokens, const OptArray& cu_seqlens,
-            const OptArray& cu_seqlens_cpu, const std::string& backend, uintptr_t stream, int cpu_threads,
-            uint64_t bf16_bits, uint64_t read_only) {
+            const OptArray& num_accepted_tokens, const OptArray& cu_seqlens, const OptArray& cu_seqlens_cpu,
+            const std::string& backend, uintptr_t stream, int cpu_threads, uint64_t bf16_bits, uint64_t read_only) {
   DecodeArgs a;
   fill_call_args(a, q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, cu_seqlens, cu_seqlens_cpu, backend,
                  cpu_threads, bf16_bits, read_only);
@@ -276,8 +282,8 @@ void decode(const OptArray& q, const OptArray& k, const OptArray& v, const OptAr
   DecodeParams p;
   int device = 0;
   raise_status(flash_kda::decode_params(a, &p, &device));
-  raise_status(run_on_device(p.backend, device,
-                             [&] { return flash_kda::decode(p, reinterpret_cast<cudaStream_t>(stream)); }));
+  raise_status(
+      run_on_device(p.backend, device, [&] { return flash_kda::decode(p, reinterpret_cast<cudaStream_t>(stream)); }));
 }
 
 void meta_call_args(flash_kda::CallArgs& c, nb::handle q, nb::handle k, nb::handle v, nb::handle g, nb::handle beta,
@@ -331,8 +337,8 @@ NB_MODULE(_C, m) {
   auto arr = [](const char* name) { return nb::arg(name).noconvert().none(); };
   auto opt = [](const char* name) { return nb::arg(name).noconvert().none() = nb::none(); };
   m.def("fwd", &fwd, arr("q"), arr("k"), arr("v"), arr("g"), arr("beta"), nb::arg("scale").none(), arr("out"),
-        arr("A_log"), arr("dt_bias"), nb::arg("lower_bound").none(), opt("initial_state"), opt("final_state"), opt("cu_seqlens"),
-        opt("cu_seqlens_cpu"), opt("state_indices"), opt("has_initial_state"), nb::kw_only(),
+        arr("A_log"), arr("dt_bias"), nb::arg("lower_bound").none(), opt("initial_state"), opt("final_state"),
+        opt("cu_seqlens"), opt("cu_seqlens_cpu"), opt("state_indices"), opt("has_initial_state"), nb::kw_only(),
         nb::arg("backend") = "auto", nb::arg("stream") = 0, nb::arg("cpu_threads") = 0, nb::arg("bf16_bits") = 0,
         nb::arg("read_only") = 0, nb::arg("allocate").none() = nb::none(), nb::arg("run") = true,
         "Runs the KDA forward in place on DLPack arrays. backend: 'auto' (where the arrays live), 'cuda', "
@@ -341,8 +347,8 @@ NB_MODULE(_C, m) {
         "integers / may not be written. allocate(nbytes): returns scratch memory when the call needs some. "
         "run=False: convert and validate only.");
 
-  m.def("decode", &decode, arr("q"), arr("k"), arr("v"), arr("g"), arr("beta"), nb::arg("scale").none(),
-        arr("out"), arr("A_log"), arr("dt_bias"), nb::arg("lower_bound").none(), arr("state"), arr("state_indices"),
+  m.def("decode", &decode, arr("q"), arr("k"), arr("v"), arr("g"), arr("beta"), nb::arg("scale").none(), arr("out"),
+        arr("A_log"), arr("dt_bias"), nb::arg("lower_bound").none(), arr("state"), arr("state_indices"),
         opt("num_accepted_tokens"), opt("cu_seqlens"), opt("cu_seqlens_cpu"), nb::kw_only(),
         nb::arg("backend") = "auto", nb::arg("stream") = 0, nb::arg("cpu_threads") = 0, nb::arg("bf16_bits") = 0,
         nb::arg("read_only") = 0,
@@ -354,8 +360,8 @@ NB_MODULE(_C, m) {
   auto meta = [](const char* name) { return nb::arg(name).none() = nb::none(); };
   m.def("check_fwd", &check_fwd, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"), nb::arg("beta"),
         nb::arg("scale").none(), nb::arg("out"), nb::arg("A_log"), nb::arg("dt_bias"), nb::arg("lower_bound").none(),
-        meta("initial_state"), meta("final_state"), meta("cu_seqlens"), meta("cu_seqlens_cpu"),
-        meta("state_indices"), meta("has_initial_state"), nb::kw_only(), nb::arg("backend") = "auto",
+        meta("initial_state"), meta("final_state"), meta("cu_seqlens"), meta("cu_seqlens_cpu"), meta("state_indices"),
+        meta("has_initial_state"), nb::kw_only(), nb::arg("backend") = "auto",
         "Every check of fwd that needs no data, on tensor descriptions (dtype, shape, strides, device type, "
         "device index) or None: what torch's fake implementations run.");
   m.def("check_decode", &check_decode, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"), nb::arg("beta"),

@@ -5,9 +5,7 @@
 
 namespace flash_kda {
 
-size_t workspace_size(const FwdParams& p) {
-  return p.backend == Backend::kCuda ? cuda::workspace_size(p) : 0;
-}
+size_t workspace_size(const FwdParams& p) { return p.backend == Backend::kCuda ? cuda::workspace_size(p) : 0; }
 
 bool cuda_available() { return cuda::available(); }
 

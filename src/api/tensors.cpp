@@ -138,8 +138,14 @@ float to_float(double x) {
 // The activations, gate parameters and cu_seqlens: everything fwd and decode share. Leaves the
 // number of sequences in *N.
 Status problem_params(const CallArgs& a, ProblemParams* p, int64_t* N) {
-  for (Named t : {Named{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"g", &a.g}, {"beta", &a.beta}, {"out", &a.out},
-                  {"A_log", &a.A_log}, {"dt_bias", &a.dt_bias}})
+  for (Named t : {Named{"q", &a.q},
+                  {"k", &a.k},
+                  {"v", &a.v},
+                  {"g", &a.g},
+                  {"beta", &a.beta},
+                  {"out", &a.out},
+                  {"A_log", &a.A_log},
+                  {"dt_bias", &a.dt_bias}})
     if (!t.t->given) return {StatusCode::kTypeMismatch, cat(t.name, ": expected an array (got None)")};
 
   // ---- dtypes ----
@@ -147,12 +153,14 @@ Status problem_params(const CallArgs& a, ProblemParams* p, int64_t* N) {
     FLASH_KDA_RETURN_IF_ERROR(expect_dtype(t.name, *t.t, {DType::kBF16}));
   FLASH_KDA_RETURN_IF_ERROR(expect_dtype("A_log", a.A_log, {DType::kF32}));
   FLASH_KDA_RETURN_IF_ERROR(expect_dtype("dt_bias", a.dt_bias, {DType::kF32}));
-  if (a.cu_seqlens.given) FLASH_KDA_RETURN_IF_ERROR(expect_dtype("cu_seqlens", a.cu_seqlens, {DType::kI64, DType::kI32}));
+  if (a.cu_seqlens.given)
+    FLASH_KDA_RETURN_IF_ERROR(expect_dtype("cu_seqlens", a.cu_seqlens, {DType::kI64, DType::kI32}));
   if (a.cu_seqlens_cpu.given) {
     FLASH_KDA_RETURN_IF_ERROR(expect_dtype("cu_seqlens_cpu", a.cu_seqlens_cpu, {DType::kI64, DType::kI32}));
     if (a.cu_seqlens.given && a.cu_seqlens_cpu.dtype != a.cu_seqlens.dtype)
-      return {StatusCode::kTypeMismatch, cat("cu_seqlens_cpu: dtype must be that of cu_seqlens (",
-                                             dtype_name(a.cu_seqlens.dtype), ", got ", dtype_text(a.cu_seqlens_cpu), ")")};
+      return {StatusCode::kTypeMismatch,
+              cat("cu_seqlens_cpu: dtype must be that of cu_seqlens (", dtype_name(a.cu_seqlens.dtype), ", got ",
+                  dtype_text(a.cu_seqlens_cpu), ")")};
   }
 
   // ---- shapes ----
@@ -166,7 +174,8 @@ Status problem_params(const CallArgs& a, ProblemParams* p, int64_t* N) {
   if (HV % H != 0)
     return invalid(cat("v: number of value heads HV=", HV, " must be a multiple of the q/k heads H=", H));
   FLASH_KDA_RETURN_IF_ERROR(expect_shape("k", a.k, {B, T, H, K}, "[B, T, H, K] like q"));
-  FLASH_KDA_RETURN_IF_ERROR(expect_shape("g", a.g, {B, T, HV, K}, cat("[B, T, HV, K] = [", B, ", ", T, ", ", HV, ", ", K, "]")));
+  FLASH_KDA_RETURN_IF_ERROR(
+      expect_shape("g", a.g, {B, T, HV, K}, cat("[B, T, HV, K] = [", B, ", ", T, ", ", HV, ", ", K, "]")));
   FLASH_KDA_RETURN_IF_ERROR(expect_shape("beta", a.beta, {B, T, HV}, cat("[B, T, HV] = [", B, ", ", T, ", ", HV, "]")));
   FLASH_KDA_RETURN_IF_ERROR(expect_shape("out", a.out, {B, T, HV, V}, "[B, T, HV, V] like v"));
   FLASH_KDA_RETURN_IF_ERROR(expect_shape("A_log", a.A_log, {HV}, cat("[HV] = [", HV, "]")));
@@ -185,8 +194,15 @@ Status problem_params(const CallArgs& a, ProblemParams* p, int64_t* N) {
   }
 
   // ---- strides ----
-  for (Named t : {Named{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"g", &a.g}, {"beta", &a.beta}, {"out", &a.out},
-                  {"A_log", &a.A_log}, {"dt_bias", &a.dt_bias}, {"cu_seqlens", &a.cu_seqlens},
+  for (Named t : {Named{"q", &a.q},
+                  {"k", &a.k},
+                  {"v", &a.v},
+                  {"g", &a.g},
+                  {"beta", &a.beta},
+                  {"out", &a.out},
+                  {"A_log", &a.A_log},
+                  {"dt_bias", &a.dt_bias},
+                  {"cu_seqlens", &a.cu_seqlens},
                   {"cu_seqlens_cpu", &a.cu_seqlens_cpu}})
     FLASH_KDA_RETURN_IF_ERROR(expect_no_negative_strides(t));
   FLASH_KDA_RETURN_IF_ERROR(activation_strides("q", a.q, true, &p->q_strides));
@@ -195,7 +211,9 @@ Status problem_params(const CallArgs& a, ProblemParams* p, int64_t* N) {
   FLASH_KDA_RETURN_IF_ERROR(activation_strides("g", a.g, true, &p->g_strides));
   FLASH_KDA_RETURN_IF_ERROR(activation_strides("out", a.out, true, &p->out_strides));
   FLASH_KDA_RETURN_IF_ERROR(activation_strides("beta", a.beta, false, &p->beta_strides));
-  for (Named t : {Named{"A_log", &a.A_log}, {"dt_bias", &a.dt_bias}, {"cu_seqlens", &a.cu_seqlens},
+  for (Named t : {Named{"A_log", &a.A_log},
+                  {"dt_bias", &a.dt_bias},
+                  {"cu_seqlens", &a.cu_seqlens},
                   {"cu_seqlens_cpu", &a.cu_seqlens_cpu}})
     if (t.t->given) FLASH_KDA_RETURN_IF_ERROR(expect_contiguous(t.name, *t.t));
   if (a.out.read_only) return invalid("out: array is read-only");
@@ -248,7 +266,8 @@ Status choose_backend(const CallArgs& a, std::initializer_list<Named> tensors, P
       return invalid(cat("backend: 'cuda' needs CUDA tensors (got tensors on ", device_text(first), ")"));
     p->backend = Backend::kCuda;
   } else if (a.backend == "cpu" || a.backend == "reference") {
-    if (cuda) return invalid(cat("backend: '", a.backend, "' needs host arrays (got tensors on ", device_text(first), ")"));
+    if (cuda)
+      return invalid(cat("backend: '", a.backend, "' needs host arrays (got tensors on ", device_text(first), ")"));
     p->backend = a.backend == "cpu" ? Backend::kCpu : Backend::kCpuReference;
   } else {
     return invalid(cat("backend: expected None, 'cuda', 'cpu' or 'reference' (got '", a.backend, "')"));
@@ -294,10 +313,10 @@ Status fwd_params(const FwdArgs& a, FwdParams* p, int* device_id, bool data_free
     slots = pool.shape[0];
   }
   if (a.initial_state.given)
-    FLASH_KDA_RETURN_IF_ERROR(expect_state("initial_state", a.initial_state, slots, *p,
-                                           state_shape(a.state_indices.given ? "P" : "N", *p)));
+    FLASH_KDA_RETURN_IF_ERROR(
+        expect_state("initial_state", a.initial_state, slots, *p, state_shape(a.state_indices.given ? "P" : "N", *p)));
   if (a.final_state.given) {
-    const std::string text = !a.state_indices.given ? state_shape("N", *p)
+    const std::string text = !a.state_indices.given  ? state_shape("N", *p)
                              : a.initial_state.given ? cat("[P, HV, V, K] with P of initial_state (", slots, ")")
                                                      : state_shape("P", *p);
     FLASH_KDA_RETURN_IF_ERROR(expect_state("final_state", a.final_state, slots, *p, text));
@@ -311,12 +330,20 @@ Status fwd_params(const FwdArgs& a, FwdParams* p, int* device_id, bool data_free
   }
   if (a.has_initial_state.given && !a.initial_state.given) return invalid("has_initial_state: needs initial_state");
 
-  FLASH_KDA_RETURN_IF_ERROR(choose_backend(
-      a,
-      {{"k", &a.k}, {"v", &a.v}, {"g", &a.g}, {"beta", &a.beta}, {"out", &a.out}, {"A_log", &a.A_log},
-       {"dt_bias", &a.dt_bias}, {"initial_state", &a.initial_state}, {"final_state", &a.final_state},
-       {"cu_seqlens", &a.cu_seqlens}, {"state_indices", &a.state_indices}, {"has_initial_state", &a.has_initial_state}},
-      p, device_id, data_free));
+  FLASH_KDA_RETURN_IF_ERROR(choose_backend(a,
+                                           {{"k", &a.k},
+                                            {"v", &a.v},
+                                            {"g", &a.g},
+                                            {"beta", &a.beta},
+                                            {"out", &a.out},
+                                            {"A_log", &a.A_log},
+                                            {"dt_bias", &a.dt_bias},
+                                            {"initial_state", &a.initial_state},
+                                            {"final_state", &a.final_state},
+                                            {"cu_seqlens", &a.cu_seqlens},
+                                            {"state_indices", &a.state_indices},
+                                            {"has_initial_state", &a.has_initial_state}},
+                                           p, device_id, data_free));
 
   if (a.initial_state.given) {
     p->initial_state = a.initial_state.data;
@@ -367,18 +394,24 @@ Status decode_params(const DecodeArgs& a, DecodeParams* p, int* device_id, bool 
   if (a.num_accepted_tokens.given) {
     if (idx.ndim != 2 || S < 2)
       return invalid("num_accepted_tokens: needs speculative state_indices [N, S] with S > 1");
-    FLASH_KDA_RETURN_IF_ERROR(
-        expect_shape("num_accepted_tokens", a.num_accepted_tokens, {N}, cat("[N] = [", N, "]")));
+    FLASH_KDA_RETURN_IF_ERROR(expect_shape("num_accepted_tokens", a.num_accepted_tokens, {N}, cat("[N] = [", N, "]")));
     FLASH_KDA_RETURN_IF_ERROR(expect_no_negative_strides({"num_accepted_tokens", &a.num_accepted_tokens}));
     FLASH_KDA_RETURN_IF_ERROR(expect_contiguous("num_accepted_tokens", a.num_accepted_tokens));
   }
 
-  FLASH_KDA_RETURN_IF_ERROR(choose_backend(
-      a,
-      {{"k", &a.k}, {"v", &a.v}, {"g", &a.g}, {"beta", &a.beta}, {"out", &a.out}, {"A_log", &a.A_log},
-       {"dt_bias", &a.dt_bias}, {"state", &a.state}, {"state_indices", &a.state_indices},
-       {"num_accepted_tokens", &a.num_accepted_tokens}, {"cu_seqlens", &a.cu_seqlens}},
-      p, device_id, data_free));
+  FLASH_KDA_RETURN_IF_ERROR(choose_backend(a,
+                                           {{"k", &a.k},
+                                            {"v", &a.v},
+                                            {"g", &a.g},
+                                            {"beta", &a.beta},
+                                            {"out", &a.out},
+                                            {"A_log", &a.A_log},
+                                            {"dt_bias", &a.dt_bias},
+                                            {"state", &a.state},
+                                            {"state_indices", &a.state_indices},
+                                            {"num_accepted_tokens", &a.num_accepted_tokens},
+                                            {"cu_seqlens", &a.cu_seqlens}},
+                                           p, device_id, data_free));
 
   p->state = const_cast<void*>(a.state.data);
   p->state_dtype = a.state.dtype;

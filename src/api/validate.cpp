@@ -61,8 +61,8 @@ Status check_activation(const ProblemParams& p, const Tensor4& t, bool data_free
                        ", head=", t.s.head, ")"));
   if (p.backend == Backend::kCuda &&
       ((p.batch > 1 && t.s.batch % 8 != 0) || t.s.token % 8 != 0 || (t.heads > 1 && t.s.head % 8 != 0)))
-    return invalid(cat(t.name, ": strides must be multiples of 8 elements for the CUDA backend (got batch=",
-                       t.s.batch, ", token=", t.s.token, ", head=", t.s.head, ")"));
+    return invalid(cat(t.name, ": strides must be multiples of 8 elements for the CUDA backend (got batch=", t.s.batch,
+                       ", token=", t.s.token, ", head=", t.s.head, ")"));
   if (data_free) return Status::Ok();
   if (t.ptr == nullptr) return invalid(cat(t.name, ": null pointer"));
   // The CUDA kernels move 16-byte vectors of 8 bf16 values; the host reads bf16 values.
@@ -72,8 +72,7 @@ Status check_activation(const ProblemParams& p, const Tensor4& t, bool data_free
 }
 
 // `out` is written, so distinct elements must not share an address.
-Status check_no_self_overlap(const char* name, const ActStrides& s, int64_t B, int64_t T, int64_t heads,
-                             int64_t dim) {
+Status check_no_self_overlap(const char* name, const ActStrides& s, int64_t B, int64_t T, int64_t heads, int64_t dim) {
   struct Dim {
     int64_t stride, extent;
   };
@@ -109,8 +108,8 @@ Span span_of(const char* name, const void* ptr, int64_t bytes, bool written) {
   return s;
 }
 
-Span activation_span(const char* name, const void* ptr, const ActStrides& st, int64_t B, int64_t T,
-                     int64_t heads, int64_t dim, bool written) {
+Span activation_span(const char* name, const void* ptr, const ActStrides& st, int64_t B, int64_t T, int64_t heads,
+                     int64_t dim, bool written) {
   if (B == 0 || T == 0) return span_of(name, nullptr, 0, written);
   const int64_t last = (B - 1) * st.batch + (T - 1) * st.token + (heads - 1) * st.head + dim;
   return span_of(name, ptr, last * 2, written);
@@ -281,8 +280,8 @@ Status check_problem(const ProblemParams& p, bool data_free) {
   // ---- activations ----
   if (p.batch > 0 && p.seqlen > 0) {
     const Tensor4 acts[] = {
-        {"q", p.q, p.q_strides, p.heads, p.head_dim_k}, {"k", p.k, p.k_strides, p.heads, p.head_dim_k},
-        {"v", p.v, p.v_strides, HV, p.head_dim_v},      {"g", p.g, p.g_strides, HV, p.head_dim_k},
+        {"q", p.q, p.q_strides, p.heads, p.head_dim_k},  {"k", p.k, p.k_strides, p.heads, p.head_dim_k},
+        {"v", p.v, p.v_strides, HV, p.head_dim_v},       {"g", p.g, p.g_strides, HV, p.head_dim_k},
         {"out", p.out, p.out_strides, HV, p.head_dim_v},
     };
     for (const Tensor4& t : acts) FLASH_KDA_RETURN_IF_ERROR(check_activation(p, t, data_free));
@@ -303,8 +302,7 @@ Status check_problem(const ProblemParams& p, bool data_free) {
   if (p.cu_seqlens_cpu && !p.cu_seqlens) return invalid("cu_seqlens_cpu: given without cu_seqlens");
   if (p.cu_seqlens) {
     if (p.cu_seqlens_dtype != DType::kI64 && p.cu_seqlens_dtype != DType::kI32)
-      return type_mismatch(
-          cat("cu_seqlens: dtype must be int64 or int32 (got ", dtype_name(p.cu_seqlens_dtype), ")"));
+      return type_mismatch(cat("cu_seqlens: dtype must be int64 or int32 (got ", dtype_name(p.cu_seqlens_dtype), ")"));
     if (p.batch != 1) return invalid(cat("cu_seqlens: requires batch size 1 (got B=", p.batch, ")"));
     if (p.num_seqs < 0) return invalid(cat("cu_seqlens: number of sequences must be >= 0 (got ", p.num_seqs, ")"));
     if (p.cu_seqlens_dtype == DType::kI32 && p.seqlen > INT32_MAX)
@@ -413,9 +411,9 @@ Status check(const FwdParams& p, HostIndices* out_idx, bool data_free) {
   const int64_t slots = p.state_indices ? std::max<int64_t>(p.pool_size, 0) : N;
   const int64_t per_slot = HV * p.head_dim_v * p.head_dim_k;
   if (!data_free) {
-    for (auto [name, ptr, dtype] : {std::tuple<const char*, const void*, DType>{"initial_state", p.initial_state,
-                                                                              p.initial_state_dtype},
-                                    {"final_state", p.final_state, p.final_state_dtype}}) {
+    for (auto [name, ptr, dtype] :
+         {std::tuple<const char*, const void*, DType>{"initial_state", p.initial_state, p.initial_state_dtype},
+          {"final_state", p.final_state, p.final_state_dtype}}) {
       const int64_t align = on_cuda ? 16 : elem_bytes(dtype);
       if (ptr && !aligned(ptr, align)) return invalid(cat(name, ": pointer must be ", align, "-byte aligned"));
     }
@@ -484,17 +482,16 @@ Status check(const DecodeParams& p, HostIndices* out_idx, bool data_free) {
   if (!data_free && p.state_indices == nullptr) return invalid("state_indices: null pointer");
   FLASH_KDA_RETURN_IF_ERROR(check_index_pointer("state_indices", p.state_indices, data_free));
   if (p.slots_per_seq < 1 || p.slots_per_seq > kMaxDecodeTokens)
-    return invalid(cat("state_indices: slots per sequence must be in [1, ", kMaxDecodeTokens, "] (got ",
-                       p.slots_per_seq, ")"));
+    return invalid(
+        cat("state_indices: slots per sequence must be in [1, ", kMaxDecodeTokens, "] (got ", p.slots_per_seq, ")"));
   if (p.state_indices_stride != 0 && p.state_indices_stride < p.slots_per_seq)
-    return invalid(cat("state_indices: row stride (", p.state_indices_stride, ") must be 0 (contiguous) or >= ",
-                       "slots_per_seq (", p.slots_per_seq, ")"));
+    return invalid(cat("state_indices: row stride (", p.state_indices_stride,
+                       ") must be 0 (contiguous) or >= ", "slots_per_seq (", p.slots_per_seq, ")"));
   if (p.slots_per_seq > 1 && !p.cu_seqlens && p.seqlen > p.slots_per_seq)
     return invalid(cat("state_indices: speculative decoding writes one slot per token: slots_per_seq (",
                        p.slots_per_seq, ") must be >= T (", p.seqlen, ")"));
   if (p.num_accepted_tokens) {
-    if (p.slots_per_seq < 2)
-      return invalid("num_accepted_tokens: needs speculative state_indices (slots_per_seq > 1)");
+    if (p.slots_per_seq < 2) return invalid("num_accepted_tokens: needs speculative state_indices (slots_per_seq > 1)");
     FLASH_KDA_RETURN_IF_ERROR(check_index_pointer("num_accepted_tokens", p.num_accepted_tokens, data_free));
   }
   if (data_free) return Status::Ok();
@@ -504,11 +501,10 @@ Status check(const DecodeParams& p, HostIndices* out_idx, bool data_free) {
   const int64_t row_stride = p.state_indices_stride > 0 ? p.state_indices_stride : S;
   std::vector<Span> spans;
   add_problem_spans(p, spans);
-  spans.push_back(span_of("state", p.state, p.pool_size * HV * p.head_dim_v * p.head_dim_k * elem_bytes(p.state_dtype),
-                          true));
-  spans.push_back(span_of("state_indices", p.state_indices, N > 0 ? ((N - 1) * row_stride + S) * 4 : 0, false));
   spans.push_back(
-      span_of("num_accepted_tokens", p.num_accepted_tokens, p.slots_per_seq > 1 ? N * 4 : 0, false));
+      span_of("state", p.state, p.pool_size * HV * p.head_dim_v * p.head_dim_k * elem_bytes(p.state_dtype), true));
+  spans.push_back(span_of("state_indices", p.state_indices, N > 0 ? ((N - 1) * row_stride + S) * 4 : 0, false));
+  spans.push_back(span_of("num_accepted_tokens", p.num_accepted_tokens, p.slots_per_seq > 1 ? N * 4 : 0, false));
   FLASH_KDA_RETURN_IF_ERROR(check_aliasing(spans));
 
   // ---- index contents: copied once, checked on the copy ----
@@ -526,8 +522,7 @@ Status check(const DecodeParams& p, HostIndices* out_idx, bool data_free) {
   if (!on_cuda) {
     idx.slots_per_seq = S;
     idx.slots.resize(size_t(N * S));
-    for (int64_t n = 0; n < N; ++n)
-      std::copy_n(p.state_indices + n * row_stride, S, idx.slots.begin() + n * S);
+    for (int64_t n = 0; n < N; ++n) std::copy_n(p.state_indices + n * row_stride, S, idx.slots.begin() + n * S);
     if (S > 1 && p.num_accepted_tokens) idx.accepted.assign(p.num_accepted_tokens, p.num_accepted_tokens + N);
     FLASH_KDA_RETURN_IF_ERROR(check_slot_contents(p, idx, p.pool_size));
   }

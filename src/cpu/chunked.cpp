@@ -214,8 +214,7 @@ class HeadRunner {
       }
       for (int i = 0; i < kRows; ++i)
         for (int j = 0; j < kVecs; ++j)
-          for (int lane = 0; lane < W; ++lane)
-            s_.inter[size_t((j * W + lane) * Vp_ + r + i)] = acc[i][j][lane];
+          for (int lane = 0; lane < W; ++lane) s_.inter[size_t((j * W + lane) * Vp_ + r + i)] = acc[i][j][lane];
     }
 
     constexpr int kIntraVecs = kChunk / W, kIntraRows = W / 2;
@@ -307,8 +306,6 @@ class HeadRunner {
 
 }  // namespace
 
-Status chunked_fwd(const HostRun& run) {
-  return IsaDispatch<HeadRunner, ChunkedScratch>::run(run);
-}
+Status chunked_fwd(const HostRun& run) { return IsaDispatch<HeadRunner, ChunkedScratch>::run(run); }
 
 }  // namespace flash_kda::cpu

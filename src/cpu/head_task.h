@@ -71,9 +71,7 @@ inline HeadTask make_head_task(const HostRun& run, int64_t n, int64_t hv) {
   }
   // Slot s of a state tensor holds [HV, V, K]; validation has checked every slot used here.
   const SeqSlots slots = sequence_slots(run.idx, n);
-  auto offset = [&](int64_t slot, DType dtype) {
-    return (slot * HV + hv) * V * K * (dtype == DType::kF32 ? 4 : 2);
-  };
+  auto offset = [&](int64_t slot, DType dtype) { return (slot * HV + hv) * V * K * (dtype == DType::kF32 ? 4 : 2); };
   if (run.initial_state && slots.read >= 0)
     t.initial_state = static_cast<const char*>(run.initial_state) + offset(slots.read, run.initial_dtype);
   if (run.final_state && slots.write >= 0)

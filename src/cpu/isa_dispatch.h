@@ -20,8 +20,7 @@ struct IsaDispatch {
 #if defined(__x86_64__)
   // The same code compiled for AVX2 + FMA (the runners and Simd are always_inline, so all of it
   // takes this function's target): 8-wide vectors and fused multiply-adds.
-  __attribute__((target("avx2,fma"))) static void run_avx2(const HostRun& r, const HeadTask& task,
-                                                            Scratch& scratch) {
+  __attribute__((target("avx2,fma"))) static void run_avx2(const HostRun& r, const HeadTask& task, Scratch& scratch) {
     Runner<8>(r, task, scratch).run();
   }
 #endif

@@ -48,8 +48,7 @@ class DecodeRunner {
     load_state(run_, task_.initial_state, s_.state.data(), Kp_);
     for (int64_t t = 0; t < task_.length; ++t) {
       step(t);
-      if (task_.per_token_states && t < kMaxDecodeTokens)
-        store_state(run_, s_.state.data(), Kp_, task_.state_after[t]);
+      if (task_.per_token_states && t < kMaxDecodeTokens) store_state(run_, s_.state.data(), Kp_, task_.state_after[t]);
     }
     store_state(run_, s_.state.data(), Kp_, task_.final_state);
   }
@@ -111,8 +110,6 @@ class DecodeRunner {
 
 }  // namespace
 
-Status recurrent_fwd(const HostRun& run) {
-  return IsaDispatch<DecodeRunner, RecurrentScratch>::run(run);
-}
+Status recurrent_fwd(const HostRun& run) { return IsaDispatch<DecodeRunner, RecurrentScratch>::run(run); }
 
 }  // namespace flash_kda::cpu

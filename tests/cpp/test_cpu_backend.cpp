@@ -41,8 +41,7 @@ void expect_complete(const Result& r) {
   ASSERT_TRUE(r.status.ok()) << r.status.message;
   EXPECT_TRUE(all_finite(r.out_double())) << "out has an unwritten or non-finite element";
   if (!r.final_state.empty()) {
-    EXPECT_TRUE(all_finite(r.final_state.to_double()))
-        << "final_state has an unwritten or non-finite element";
+    EXPECT_TRUE(all_finite(r.final_state.to_double())) << "final_state has an unwritten or non-finite element";
   }
 }
 
@@ -65,8 +64,7 @@ void expect_within_tolerance(const Result& fast, const Result& ref) {
   if (!ref.final_state.empty()) {
     const double state_rel = rel_error(fast.final_state.to_double(), ref.final_state.to_double());
     EXPECT_LE(state_rel, kStateTolerance) << "final_state";
-    EXPECT_LE(state_rel, ref.final_state.dtype == DType::kBF16 ? kCpuBf16StateBound : kCpuStateBound)
-        << "final_state";
+    EXPECT_LE(state_rel, ref.final_state.dtype == DType::kBF16 ? kCpuBf16StateBound : kCpuStateBound) << "final_state";
     line << ", final_state " << state_rel;
   }
   std::cout << line.str() << "\n";
@@ -407,8 +405,7 @@ TEST_F(CpuBackend, ConcurrentCallersGetTheirOwnResult) {
     for (size_t c = 0; c < problems.size(); ++c)
       callers.emplace_back([&, c] { together[c] = run(problems[c], Backend::kCpu, int(c) + 1); });
     for (std::thread& t : callers) t.join();
-    for (size_t c = 0; c < problems.size(); ++c)
-      expect_identical(together[c], alone[c], "caller " + std::to_string(c));
+    for (size_t c = 0; c < problems.size(); ++c) expect_identical(together[c], alone[c], "caller " + std::to_string(c));
   }
 }
 
@@ -519,8 +516,7 @@ TEST_F(CpuBackend, SmallNormQueriesAndKeysPinTheEps) {
       double sum = 0.0;
       for (int64_t c = 0; c < K; ++c) sum += std::pow(bf16_to_float((*x)[row * K + c]), 2);
       const double f = 1e-3 / std::sqrt(sum);
-      for (int64_t c = 0; c < K; ++c)
-        (*x)[row * K + c] = float_to_bf16(float(bf16_to_float((*x)[row * K + c]) * f));
+      for (int64_t c = 0; c < K; ++c) (*x)[row * K + c] = float_to_bf16(float(bf16_to_float((*x)[row * K + c]) * f));
     }
   const NaiveResult exact = naive_forward(pb);
   for (Backend backend : kBackends) {

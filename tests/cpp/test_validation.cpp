@@ -134,20 +134,15 @@ std::vector<BadCase> bad_cases() {
     std::function<ActStrides&(FwdParams&)> strides;
   };
   const Act acts[] = {
-      {"q", [](FwdParams& p) -> const void*& { return p.q; },
-       [](FwdParams& p) -> ActStrides& { return p.q_strides; }},
-      {"k", [](FwdParams& p) -> const void*& { return p.k; },
-       [](FwdParams& p) -> ActStrides& { return p.k_strides; }},
-      {"v", [](FwdParams& p) -> const void*& { return p.v; },
-       [](FwdParams& p) -> ActStrides& { return p.v_strides; }},
-      {"g", [](FwdParams& p) -> const void*& { return p.g; },
-       [](FwdParams& p) -> ActStrides& { return p.g_strides; }},
+      {"q", [](FwdParams& p) -> const void*& { return p.q; }, [](FwdParams& p) -> ActStrides& { return p.q_strides; }},
+      {"k", [](FwdParams& p) -> const void*& { return p.k; }, [](FwdParams& p) -> ActStrides& { return p.k_strides; }},
+      {"v", [](FwdParams& p) -> const void*& { return p.v; }, [](FwdParams& p) -> ActStrides& { return p.v_strides; }},
+      {"g", [](FwdParams& p) -> const void*& { return p.g; }, [](FwdParams& p) -> ActStrides& { return p.g_strides; }},
       {"beta", [](FwdParams& p) -> const void*& { return p.beta; },
        [](FwdParams& p) -> ActStrides& { return p.beta_strides; }},
   };
   for (const Act& a : acts) {
-    cases.push_back(
-        {std::string("Null_") + a.name, kInvalid, a.name, [a](FwdParams& p) { a.ptr(p) = nullptr; }});
+    cases.push_back({std::string("Null_") + a.name, kInvalid, a.name, [a](FwdParams& p) { a.ptr(p) = nullptr; }});
     cases.push_back({std::string("NegativeStride_") + a.name, kInvalid, a.name, [a](FwdParams& p) {
                        fill_contiguous_strides(p);
                        a.strides(p).token = -a.strides(p).token;

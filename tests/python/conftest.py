@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -106,6 +109,14 @@ def state_limit(dtype):
     return FP32_STATE_LIMIT if np.dtype(dtype) == np.float32 else BF16_STATE_LIMIT
 
 
+def require_in_ci(module):
+    """In CI (CI=true, as .ci/run is started) a missing optional package fails the run instead of
+    skipping tests: scripts/test.sh installs torch, fla and matplotlib there."""
+    if os.environ.get("CI") == "true" and importlib.util.find_spec(module) is None:
+        pytest.fail(f"{module} is not importable in CI (scripts/test.sh installs it)", pytrace=False)
+
+
 def pytest_configure(config):
+    require_in_ci("torch")
     config.addinivalue_line(
         "markers", "cuda: needs torch with CUDA and a CUDA build of flash-kda on an sm_90 GPU")

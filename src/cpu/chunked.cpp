@@ -66,7 +66,7 @@ class HeadRunner {
   // Rows of S per pass of the products, so that a pass holds 8 accumulator registers at any width.
   static constexpr int64_t kRows = W / 4;
 
-  // x *= scale / sqrt(sum x^2 + 1e-6) over a padded row (the eps inside the root, as SPEC.md).
+  // x *= scale / sqrt(sum x^2 + 1e-6) over a padded row (the eps inside the root, as docs/spec.md).
   static FLASH_KDA_INLINE void l2_normalise(float* x, int64_t padded, float scale) {
     Vec sum_sq{};
     for (int64_t c = 0; c < padded; c += W) {

@@ -1,4 +1,4 @@
-// Decode's fast CPU path (Backend::kCpu of `decode`): the per-token recurrence of SPEC.md in fp32, one
+// Decode's fast CPU path (Backend::kCpu of `decode`): the per-token recurrence of docs/spec.md in fp32, one
 // (sequence, value head) per thread. A decode call brings at most kMaxDecodeTokens tokens per
 // sequence, too few for the chunked form to pay off, and speculative decoding needs the state after
 // every token anyway. Per token, with q_tilde = scale · q_hat and S_a = S · Diag(alpha):
@@ -54,7 +54,7 @@ class DecodeRunner {
   }
 
  private:
-  // x[0, K) = src * factor / sqrt(sum src^2 + 1e-6) (the eps inside the root, as SPEC.md).
+  // x[0, K) = src * factor / sqrt(sum src^2 + 1e-6) (the eps inside the root, as docs/spec.md).
   FLASH_KDA_INLINE void normalised(const uint16_t* src, float factor, float* x) const {
     float sum_sq = 0.0f;
     for (int64_t c = 0; c < K_; ++c) {

@@ -1,4 +1,4 @@
-// The float64 per-token recurrence of SPEC.md, written as the equations read: the test oracle
+// The float64 per-token recurrence of docs/spec.md, written as the equations read: the test oracle
 // (Backend::kCpuReference) of fwd and decode. Deliberately unoptimised beyond fusing the row passes
 // over the state.
 #include <cmath>

@@ -1,4 +1,4 @@
-// The CPU backends against SPEC.md: the chunked fp32 path (kCpu) against the float64 reference
+// The CPU backends against docs/spec.md: the chunked fp32 path (kCpu) against the float64 reference
 // (kCpuReference) within the tolerances, the reference against an independent naive oracle, and the
 // invariances (batch, thread count, strides, in-place state) bit for bit on one backend.
 #include <gtest/gtest.h>
@@ -45,7 +45,7 @@ void expect_complete(const Result& r) {
   }
 }
 
-// SPEC.md's tolerances leave room for bf16 and tf32 kernels. The fp32 CPU path lands far below them
+// docs/spec.md's tolerances leave room for bf16 and tf32 kernels. The fp32 CPU path lands far below them
 // (out ~1e-4, dominated by one-ulp bf16 flips of the output, and final_state ~1e-6 over many runs), so
 // it is also held to these tighter bounds: an error that the spec would still pass is a bug here.
 constexpr double kCpuOutBound = 1e-3;

@@ -23,7 +23,7 @@ constexpr Backend kBackends[] = {Backend::kCpu, Backend::kCpuReference};
 
 const char* backend_name(Backend b) { return b == Backend::kCpu ? "kCpu" : "kCpuReference"; }
 
-// As test_cpu_backend.cpp: the fp32 CPU paths land far inside SPEC.md's tolerances and are held to
+// As test_cpu_backend.cpp: the fp32 CPU paths land far inside docs/spec.md's tolerances and are held to
 // these tighter bounds too.
 constexpr double kCpuOutBound = 1e-3;
 constexpr double kCpuStateBound = 1e-4;
@@ -118,7 +118,7 @@ std::vector<double> bf16_to_double(const std::vector<uint16_t>& x) {
   return r;
 }
 
-// `got` against `ref` within SPEC.md's tolerance and, when `ref` has been rounded to the same dtype
+// `got` against `ref` within docs/spec.md's tolerance and, when `ref` has been rounded to the same dtype
 // (a result of the reference backend), within the CPU bound as well: against unrounded float64 the
 // bf16 rounding of out alone is ~1.1e-3.
 void expect_close(const std::vector<double>& got, const std::vector<double>& ref, bool is_state, const char* what,

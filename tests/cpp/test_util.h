@@ -18,7 +18,7 @@
 
 namespace flash_kda::test {
 
-// SPEC.md tolerances (the "must" column).
+// docs/spec.md tolerances (the "must" column).
 constexpr double kOutTolerance = 4e-3;
 constexpr double kStateTolerance = 3e-3;
 
@@ -290,7 +290,7 @@ inline double rel_error(const std::vector<double>& x, const std::vector<double>&
   return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
-// The recurrence of SPEC.md in float64, coded from the equations over the problem's contiguous
+// The recurrence of docs/spec.md in float64, coded from the equations over the problem's contiguous
 // arrays without any code of src/cpu: an independent check of the reference backend's indexing.
 struct NaiveResult {
   std::vector<double> out;           // [B, T, HV, V]

@@ -1,4 +1,4 @@
-"""Shared helpers: fresh random KDA problems, poisoned outputs and the error metric of SPEC.md."""
+"""Shared helpers: fresh random KDA problems, poisoned outputs and the error metric of docs/spec.md."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 import flash_kda
 
 BF16 = ml_dtypes.bfloat16
-OUT_LIMIT = 4e-3  # SPEC.md: rel L2 of out against the float64 recurrence
-FP32_STATE_LIMIT = 3e-3  # SPEC.md: rel L2 of an fp32 final_state
+OUT_LIMIT = 4e-3  # docs/spec.md: rel L2 of out against the float64 recurrence
+FP32_STATE_LIMIT = 3e-3  # docs/spec.md: rel L2 of an fp32 final_state
 # A bf16 state carries its own rounding (at most 2^-9 relative per element) on top of the fp32
-# limit; SPEC.md sets no figure for it, so it is held to the out limit.
+# limit; docs/spec.md sets no figure for it, so it is held to the out limit.
 BF16_STATE_LIMIT = 4e-3
 STATE_DTYPES = {"fp32": np.float32, "bf16": BF16}
 

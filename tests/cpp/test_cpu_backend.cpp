@@ -544,8 +544,9 @@ TEST_F(CpuBackend, StateDtypesMayDiffer) {
       expect_close_to_naive(r, exact, final_dtype == DType::kF32);
       // The empty sequence converts its initial state (exactly, when widening).
       const size_t per_seq = size_t(pb.HV * pb.V * pb.K);
-      if (final_dtype == DType::kF32)
+      if (final_dtype == DType::kF32) {
         for (size_t i = per_seq; i < 2 * per_seq; ++i) ASSERT_EQ(r.final_state.at(i), pb.initial_state.at(i));
+      }
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <initializer_list>
 #include <limits>
+#include <iterator>
 #include <sstream>
 #include <vector>
 
@@ -250,7 +251,18 @@ Status choose_backend(const CallArgs& a, std::initializer_list<Named> tensors, P
   const TensorArg& first = a.q;
   if (first.device == Device::kOther || (first.device == Device::kMeta && !data_free))
     return invalid(cat("q: unsupported device ", device_text(first), " (expected cpu or cuda)"));
-  for (Named t : tensors) {
+  // The arrays fwd and decode share, then the call's own (`tensors`).
+  const Named shared[] = {{"k", &a.k},
+                          {"v", &a.v},
+                          {"g", &a.g},
+                          {"beta", &a.beta},
+                          {"out", &a.out},
+                          {"A_log", &a.A_log},
+                          {"dt_bias", &a.dt_bias},
+                          {"cu_seqlens", &a.cu_seqlens}};
+  std::vector<Named> all(std::begin(shared), std::end(shared));
+  all.insert(all.end(), tensors.begin(), tensors.end());
+  for (Named t : all) {
     if (!t.t->given) continue;
     if (t.t->device != first.device || (first.device == Device::kCuda && t.t->device_id != first.device_id))
       return invalid(cat(t.name, ": on device ", device_text(*t.t), ", but q is on ", device_text(first)));
@@ -331,16 +343,8 @@ Status fwd_params(const FwdArgs& a, FwdParams* p, int* device_id, bool data_free
   if (a.has_initial_state.given && !a.initial_state.given) return invalid("has_initial_state: needs initial_state");
 
   FLASH_KDA_RETURN_IF_ERROR(choose_backend(a,
-                                           {{"k", &a.k},
-                                            {"v", &a.v},
-                                            {"g", &a.g},
-                                            {"beta", &a.beta},
-                                            {"out", &a.out},
-                                            {"A_log", &a.A_log},
-                                            {"dt_bias", &a.dt_bias},
-                                            {"initial_state", &a.initial_state},
+                                           {{"initial_state", &a.initial_state},
                                             {"final_state", &a.final_state},
-                                            {"cu_seqlens", &a.cu_seqlens},
                                             {"state_indices", &a.state_indices},
                                             {"has_initial_state", &a.has_initial_state}},
                                            p, device_id, data_free));
@@ -399,19 +403,9 @@ Status decode_params(const DecodeArgs& a, DecodeParams* p, int* device_id, bool 
     FLASH_KDA_RETURN_IF_ERROR(expect_contiguous("num_accepted_tokens", a.num_accepted_tokens));
   }
 
-  FLASH_KDA_RETURN_IF_ERROR(choose_backend(a,
-                                           {{"k", &a.k},
-                                            {"v", &a.v},
-                                            {"g", &a.g},
-                                            {"beta", &a.beta},
-                                            {"out", &a.out},
-                                            {"A_log", &a.A_log},
-                                            {"dt_bias", &a.dt_bias},
-                                            {"state", &a.state},
-                                            {"state_indices", &a.state_indices},
-                                            {"num_accepted_tokens", &a.num_accepted_tokens},
-                                            {"cu_seqlens", &a.cu_seqlens}},
-                                           p, device_id, data_free));
+  FLASH_KDA_RETURN_IF_ERROR(choose_backend(
+      a, {{"state", &a.state}, {"state_indices", &a.state_indices}, {"num_accepted_tokens", &a.num_accepted_tokens}}, p,
+      device_id, data_free));
 
   p->state = const_cast<void*>(a.state.data);
   p->state_dtype = a.state.dtype;

@@ -435,6 +435,12 @@ Status check(const FwdParams& p, HostIndices* out_idx, bool data_free) {
   if (p.segment_chunks < 0) return invalid(cat("segment_chunks: must be >= 0 (got ", p.segment_chunks, ")"));
   if (data_free) return Status::Ok();
 
+  // ---- cu_seqlens contents first: copied once, checked on the copy (only read, so it is safe even
+  // if cu_seqlens aliases an output, which the aliasing check then rejects) ----
+  HostIndices local;
+  HostIndices& idx = out_idx ? *out_idx : local;
+  FLASH_KDA_RETURN_IF_ERROR(copy_and_check_offsets(p, idx));
+
   // ---- aliasing ----
   std::vector<Span> spans;
   spans.push_back(span_of("final_state", p.final_state, slots * per_slot * elem_bytes(p.final_state_dtype), true));
@@ -451,10 +457,7 @@ Status check(const FwdParams& p, HostIndices* out_idx, bool data_free) {
   if (ws > 0 && (p.workspace == nullptr || p.workspace_bytes < ws))
     return invalid(cat("workspace: needs ", ws, " bytes (got ", p.workspace_bytes, ")"));
 
-  // ---- index contents: copied once, checked on the copy ----
-  HostIndices local;
-  HostIndices& idx = out_idx ? *out_idx : local;
-  FLASH_KDA_RETURN_IF_ERROR(copy_and_check_offsets(p, idx));
+  // ---- slot contents: copied once, checked on the copy ----
   if (!on_cuda) {
     if (p.state_indices) idx.slots.assign(p.state_indices, p.state_indices + N);
     if (p.has_initial_state) idx.has_initial.assign(p.has_initial_state, p.has_initial_state + N);
@@ -496,18 +499,7 @@ Status check(const DecodeParams& p, HostIndices* out_idx, bool data_free) {
   }
   if (data_free) return Status::Ok();
 
-  // ---- aliasing: the pool is read and written in place; nothing else may overlap it or out ----
-  const int64_t S = p.slots_per_seq;
-  const int64_t row_stride = p.state_indices_stride > 0 ? p.state_indices_stride : S;
-  std::vector<Span> spans;
-  add_problem_spans(p, spans);
-  spans.push_back(
-      span_of("state", p.state, p.pool_size * HV * p.head_dim_v * p.head_dim_k * elem_bytes(p.state_dtype), true));
-  spans.push_back(span_of("state_indices", p.state_indices, N > 0 ? ((N - 1) * row_stride + S) * 4 : 0, false));
-  spans.push_back(span_of("num_accepted_tokens", p.num_accepted_tokens, p.slots_per_seq > 1 ? N * 4 : 0, false));
-  FLASH_KDA_RETURN_IF_ERROR(check_aliasing(spans));
-
-  // ---- index contents: copied once, checked on the copy ----
+  // ---- cu_seqlens contents first (copied once, only read) ----
   HostIndices local;
   HostIndices& idx = out_idx ? *out_idx : local;
   FLASH_KDA_RETURN_IF_ERROR(copy_and_check_offsets(p, idx));
@@ -519,6 +511,19 @@ Status check(const DecodeParams& p, HostIndices* out_idx, bool data_free) {
                            kMaxDecodeTokens, " (use fwd)"));
     }
   }
+
+  // ---- aliasing: the pool is read and written in place; nothing else may overlap it or out ----
+  const int64_t S = p.slots_per_seq;
+  const int64_t row_stride = p.state_indices_stride > 0 ? p.state_indices_stride : S;
+  std::vector<Span> spans;
+  add_problem_spans(p, spans);
+  spans.push_back(
+      span_of("state", p.state, p.pool_size * HV * p.head_dim_v * p.head_dim_k * elem_bytes(p.state_dtype), true));
+  spans.push_back(span_of("state_indices", p.state_indices, N > 0 ? ((N - 1) * row_stride + S) * 4 : 0, false));
+  spans.push_back(span_of("num_accepted_tokens", p.num_accepted_tokens, p.slots_per_seq > 1 ? N * 4 : 0, false));
+  FLASH_KDA_RETURN_IF_ERROR(check_aliasing(spans));
+
+  // ---- slot contents: copied once, checked on the copy ----
   if (!on_cuda) {
     idx.slots_per_seq = S;
     idx.slots.resize(size_t(N * S));

@@ -165,7 +165,8 @@ std::vector<BadCase> bad_cases() {
   add_cu("CuSeqlensNegative", {0, -1, 16});
   // Aliasing (docs/spec.md): no written buffer may share a byte with another argument.
   cases.push_back({"OutIsQ", kInvalid, "out", [](FwdParams& p) { p.out = const_cast<void*>(p.q); }});
-  cases.push_back({"OutHoldsCuSeqlens", kInvalid, "out", [](FwdParams& p) { p.cu_seqlens = p.out; }});
+  cases.push_back({"OutHoldsDtBias", kInvalid, "out",
+                   [](FwdParams& p) { p.dt_bias = static_cast<const float*>(static_cast<const void*>(p.out)); }});
   cases.push_back({"FinalStateOverlapsOut", kInvalid, "final_state", [](FwdParams& p) { p.final_state = p.out; }});
   cases.push_back({"FinalStateIsDtBias", kInvalid, "final_state",
                    [](FwdParams& p) { p.final_state = const_cast<float*>(p.dt_bias); }});

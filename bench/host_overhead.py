@@ -19,14 +19,13 @@ Routes:
   decode           flash_kda.decode(...): one token for each of 4 sequences on a pool of 8 fp32
                    slots (the per-step call of a serving engine)
   op_decode        torch.ops.flash_kda.decode(...)
-  checked          flash_kda._fwd._fwd_checked: every check in Python first (the route all calls
-                   took before the direct route existed; still taken by NumPy arrays)
   torch_add        x.add_(1) on a 16-element tensor: torch's own per-op cost, for scale
 
---dry (CPU only): the compiled call is replaced by flash_kda._C.workspace_size, which converts and
-checks the arguments like _C.fwd but runs nothing, so the figures are the Python and binding layers
-without the CPU backend's compute (which, with its per-call threads, dwarfs them). The decode
-routes are not stubbed: on the CPU they include the decode's compute.
+Every route is one call into flash_kda._C, which converts the arrays and checks every argument in
+C++ (src/api). --dry (CPU only): _C.fwd runs with run=False, which converts and validates the
+arguments but computes nothing, so the figures are the Python, binding and checking layers
+without the CPU backend's compute. The decode routes are not stubbed: on the CPU they include the
+decode's compute.
 """
 
 import argparse
@@ -40,7 +39,7 @@ import torch
 
 import flash_kda
 import flash_kda.torch_ops  # noqa: F401  (registers torch.ops.flash_kda)
-from flash_kda import _C, _fwd
+from flash_kda import _C
 
 B, T, H, K = 1, 16, 4, 128
 
@@ -86,8 +85,6 @@ def routes(x):
         "op_chunk_kda": lambda: ops.chunk_kda(q, k, v, g, beta, scale, A, dt, lb, h0, None, None, True),
         "decode": lambda: flash_kda.decode(*dec_args),
         "op_decode": lambda: ops.decode(*dec_args),
-        "checked": lambda: _fwd._fwd_checked(q, k, v, g, beta, scale, out, A, dt, lb, h0, ht, None,
-                                             None, None),
         "torch_add": lambda: small.add_(1),
     }
 
@@ -107,14 +104,11 @@ def time_route(fn, sync, calls, repeats):
 
 
 def dry_run():
-    """Replace the compiled forward by a call that converts and checks the same arguments but
-    computes nothing (CPU only)."""
+    """Make the compiled forward convert and validate its arguments but compute nothing (CPU only)."""
     real = _C.fwd
 
-    def stub(*args, backend="auto", workspace=None, stream=0, cpu_threads=0, query_workspace=False,
-             strict_dtypes=False):
-        _C.workspace_size(*args, backend="cpu" if backend == "auto" else backend)
-        return 0
+    def stub(*args, **kwargs):
+        return real(*args, **kwargs, run=False)
 
     _C.fwd = stub
     return real

@@ -32,7 +32,8 @@ typedef struct CUstream_st* cudaStream_t;
 
 namespace flash_kda {
 
-enum class DType : int { kNone = 0, kBF16, kF32, kI32, kI64 };
+// kU8 and kBool are the one-byte flags of FwdParams::has_initial_state.
+enum class DType : int { kNone = 0, kBF16, kF32, kI32, kI64, kU8, kBool };
 
 // How the CUDA forward divides the work (docs/kernel.md, "Plans"). kAuto picks per call from the
 // sizes the host knows (T, N, HV, the SM count); the others force one plan, for tests and tuning.
@@ -75,7 +76,10 @@ struct ActStrides {
   int64_t head = 0;
 };
 
-struct FwdParams {
+// The problem the forward and decode share: sizes, activations, gate parameters, the packed-batch
+// layout and where it runs. FwdParams and DecodeParams extend it with their states. fwd / decode
+// normalise it once (heads_v = 0 becomes H, all-zero strides become contiguous) before checking it.
+struct ProblemParams {
   // ---- sizes ----
   int64_t batch = 0;         // B
   int64_t seqlen = 0;        // T (tokens per batch row; with cu_seqlens, the packed length)
@@ -102,10 +106,31 @@ struct FwdParams {
   // stride between heads). Leave all zero for contiguous tensors (filled in by fill_contiguous).
   ActStrides q_strides, k_strides, v_strides, g_strides, out_strides, beta_strides;
 
+  // ---- variable-length batch ----
+  const void* cu_seqlens = nullptr;       // nullptr: every batch row is one sequence
+  DType cu_seqlens_dtype = DType::kNone;  // kI64 or kI32
+  int64_t num_seqs = 0;                   // N: entries of cu_seqlens minus one
+  // Optional host copy of a device cu_seqlens (same dtype and length; Backend::kCuda): its contents
+  // are checked before the launch. The kernels still read cu_seqlens; the two must hold the same
+  // values. Host backends read cu_seqlens itself and check this copy too when it is given.
+  const void* cu_seqlens_cpu = nullptr;
+
+  Backend backend = Backend::kCuda;
+
+  // Threads for the CPU backends; 0 means all hardware threads.
+  int cpu_threads = 0;
+};
+
+struct FwdParams : ProblemParams {
   // ---- recurrent state ----
   const void* initial_state = nullptr;  // nullptr: zeros
   void* final_state = nullptr;          // nullptr: not written; may equal initial_state
-  DType state_dtype = DType::kNone;     // kBF16 or kF32 when either state is given
+  // The dtype (kBF16 or kF32) of both states. initial_state_dtype / final_state_dtype, when not
+  // kNone, give one of them its own dtype: fla passes a bf16 initial state with an fp32 final
+  // state. A final_state that is initial_state has its dtype.
+  DType state_dtype = DType::kNone;
+  DType initial_state_dtype = DType::kNone;
+  DType final_state_dtype = DType::kNone;
 
   // ---- state pool (optional; docs/serving.md) ----
   // With state_indices, initial_state and final_state are pools [pool_size, HV, V, K] (usually the
@@ -118,11 +143,6 @@ struct FwdParams {
   // initial_state. nullptr: every sequence starts from initial_state.
   const uint8_t* has_initial_state = nullptr;  // bool / uint8 [N]
 
-  // ---- variable-length batch ----
-  const void* cu_seqlens = nullptr;  // nullptr: every batch row is one sequence
-  DType cu_seqlens_dtype = DType::kNone;  // kI64 or kI32
-  int64_t num_seqs = 0;                   // N: entries of cu_seqlens minus one
-
   // ---- scratch memory (caller-owned; see workspace_size) ----
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
@@ -131,21 +151,18 @@ struct FwdParams {
   FwdPlan plan = FwdPlan::kAuto;
   // kSplit: chunks of 16 tokens per segment (>= 1); 0 lets the planner choose. Ignored otherwise.
   int64_t segment_chunks = 0;
-
-  Backend backend = Backend::kCuda;
-
-  // Threads for the CPU backends; 0 means all hardware threads.
-  int cpu_threads = 0;
 };
 
 // Number of sequences the call processes (num_seqs with cu_seqlens, else batch).
-int64_t num_sequences(const FwdParams& p);
+int64_t num_sequences(const ProblemParams& p);
 
 // Fills any all-zero stride triple with the contiguous strides of its tensor.
-void fill_contiguous_strides(FwdParams& p);
+void fill_contiguous_strides(ProblemParams& p);
 
-// Checks every argument against the contract. Host-side only: it never reads device memory, so
-// for Backend::kCuda the *contents* of cu_seqlens are not checked here (see docs/api.md).
+// Checks every argument against the contract (docs/spec.md): sizes, scalars, pointers, strides,
+// alignment, dtypes, aliasing between the buffers, and the contents of every index array the host
+// can read (host backends: cu_seqlens, slots, flags; CUDA: cu_seqlens_cpu). Never reads device
+// memory. fwd and decode call it; calling it first is never needed.
 Status validate(const FwdParams& p);
 
 // Bytes of scratch memory `fwd` needs for these parameters (0 when none is needed).
@@ -176,48 +193,20 @@ constexpr int64_t kMaxDecodeTokens = 8;
 // of it is read or written (out rows included). A negative write slot skips that one write. Slots
 // used by distinct active sequences must differ (the CPU backends check it, the CUDA backend
 // cannot; see docs/serving.md for what the CUDA backend does with values it cannot check).
-struct DecodeParams {
-  // ---- sizes ----
-  int64_t batch = 0;         // N sequences ([N, T, ...] inputs); 1 with cu_seqlens
-  int64_t seqlen = 0;        // T tokens per sequence, 0..kMaxDecodeTokens; with cu_seqlens the packed total
-  int64_t heads = 0;         // H
-  int64_t heads_v = 0;       // HV; 0 means HV = H
-  int64_t head_dim_k = 128;  // K
-  int64_t head_dim_v = 128;  // V
-
-  // ---- inputs and output: as in FwdParams ----
-  const void* q = nullptr;
-  const void* k = nullptr;
-  const void* v = nullptr;
-  const void* g = nullptr;
-  const void* beta = nullptr;
-  const float* A_log = nullptr;
-  const float* dt_bias = nullptr;
-  float scale = 0.0f;
-  float lower_bound = -5.0f;
-  void* out = nullptr;
-  ActStrides q_strides, k_strides, v_strides, g_strides, out_strides, beta_strides;
+struct DecodeParams : ProblemParams {
+  // ProblemParams: batch is N sequences ([N, T, ...] inputs; 1 with cu_seqlens) and seqlen T
+  // tokens per sequence, 0..kMaxDecodeTokens (with cu_seqlens the packed total; each sequence at
+  // most kMaxDecodeTokens).
 
   // ---- state pool ----
-  void* state = nullptr;             // [pool_size, HV, V, K], contiguous; read and written in place
-  DType state_dtype = DType::kNone;  // kBF16 or kF32
-  int64_t pool_size = 0;             // P
-  const int32_t* state_indices = nullptr;         // int32 [N, slots_per_seq]
-  int64_t slots_per_seq = 1;                      // S: 1, or 1 + draft tokens (speculative)
-  int64_t state_indices_stride = 0;               // elements between rows; 0 means slots_per_seq
-  const int32_t* num_accepted_tokens = nullptr;   // int32 [N], only with slots_per_seq > 1
-
-  // ---- variable-length batch: each sequence at most kMaxDecodeTokens tokens ----
-  const void* cu_seqlens = nullptr;
-  DType cu_seqlens_dtype = DType::kNone;
-  int64_t num_seqs = 0;
-
-  Backend backend = Backend::kCuda;
-  int cpu_threads = 0;
+  void* state = nullptr;                         // [pool_size, HV, V, K], contiguous; read and written in place
+  DType state_dtype = DType::kNone;              // kBF16 or kF32
+  int64_t pool_size = 0;                         // P
+  const int32_t* state_indices = nullptr;        // int32 [N, slots_per_seq]
+  int64_t slots_per_seq = 1;                     // S: 1, or 1 + draft tokens (speculative)
+  int64_t state_indices_stride = 0;              // elements between rows; 0 means slots_per_seq
+  const int32_t* num_accepted_tokens = nullptr;  // int32 [N], only with slots_per_seq > 1
 };
-
-int64_t num_sequences(const DecodeParams& p);
-void fill_contiguous_strides(DecodeParams& p);
 
 // Checks every argument of a decode call (host-side only, as validate(FwdParams)).
 Status validate(const DecodeParams& p);

@@ -5,7 +5,7 @@ CUDA when this build has the kernels, an sm_90 GPU is present and torch is impor
 multi-threaded CPU path. Prints the median time, the throughput, and the relative L2 error of out and
 final_state against the float64 NumPy recurrence on a slice of the problem (first sequence, first
 512 tokens, first 2 heads): the slice is run through the same backend and the reference, so both see
-exactly the same inputs. Exits 1 if an error is above SPEC.md's limits (out 4e-3, fp32 state 3e-3).
+exactly the same inputs. Exits 1 if an error is above docs/spec.md's limits (out 4e-3, fp32 state 3e-3).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _pick_backend(requested):
 
 
 def _inputs(rng, B, T, H, D):
-    """Fresh random inputs as NumPy arrays (SPEC.md: normal q, k, v, g, beta; uniform A_log, dt_bias)."""
+    """Fresh random inputs as NumPy arrays (docs/spec.md: normal q, k, v, g, beta; uniform A_log, dt_bias)."""
     bf16 = ml_dtypes.bfloat16
     normal = lambda *shape: rng.standard_normal(shape, dtype=np.float32).astype(bf16)  # noqa: E731
     return dict(

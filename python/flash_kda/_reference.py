@@ -1,4 +1,4 @@
-"""The KDA recurrence of SPEC.md in float64 NumPy, independent of the compiled code.
+"""The KDA recurrence of docs/spec.md in float64 NumPy, independent of the compiled code.
 
 It returns unrounded float64 results, which is what errors are measured against (the compiled
 ``backend="reference"`` writes its output as bf16 like every backend, so comparing against it adds

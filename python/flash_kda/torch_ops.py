@@ -1,4 +1,4 @@
-"""flash-kda for PyTorch: custom operators, the eager route of ``flash_kda.fwd`` and ``chunk_kda``.
+"""flash-kda for PyTorch: the custom operators and ``chunk_kda``.
 
 Importing this module imports torch and registers three operators (docs/torch.md):
 
@@ -18,208 +18,43 @@ initial_state, cu_seqlens, cu_seqlens_cpu, output_final_state) -> (out, final_st
     [N, HV, V, K] (the dtype of ``initial_state``, fp32 without one); ``final_state`` has shape [0]
     when ``output_final_state`` is False.
 
-All have fake (meta) implementations that run every data-independent check, so functions calling
-them trace under ``torch.compile(fullgraph=True)`` and ``torch.export``. ``flash_kda`` loads this
-module by itself: at ``import flash_kda`` when torch is already imported, else on the first
-``flash_kda.fwd`` or ``flash_kda.decode`` call that gets a torch tensor or the first use of
-``flash_kda.chunk_kda``.
-``import flash_kda.torch_ops`` registers the operators explicitly.
-
-Eager calls with plain tensors skip the operator dispatcher and the Python checks: the arguments
-go to the compiled layer as DLPack capsules, which checks every dtype, shape, stride, device and
-value before anything is written; only a call it rejects is checked again in Python
-(flash_kda._fwd or flash_kda._decode) to produce that module's error message. CUDA cu_seqlens of
-a decode call outside graph capture take the checked route (their contents are read there). Under
-torch.compile, FakeTensor or any torch dispatch mode, ``flash_kda.fwd``, ``flash_kda.decode`` and
-``chunk_kda`` call the operators instead.
+Their implementations are the eager calls (flash_kda._eager: one call into the compiled layer,
+which checks every argument in C++ and provides the CUDA workspace). Their fake (meta)
+implementations run the same C++ checks on the tensors' metadata (flash_kda._C.check_fwd /
+check_decode), so functions calling them trace under ``torch.compile(fullgraph=True)`` and
+``torch.export``. ``flash_kda.fwd`` / ``flash_kda.decode`` / ``chunk_kda`` call the operators
+while torch.compile traces or a torch dispatch mode is active, and the eager calls otherwise.
+``flash_kda`` loads this module at import when torch is already imported, else on the first
+traced call or the first use of ``flash_kda.chunk_kda``.
 """
 
 from typing import Optional, Tuple
 
 import torch
 
-from . import _C, _decode, _fwd
+from . import _C, _eager
+from ._arrays import describe
 
-__all__ = ["chunk_kda", "fwd_torch", "decode_torch"]
+__all__ = ["chunk_kda", "fwd_op", "decode_op"]
 
 _Tensor = torch.Tensor
-_to_dlpack = getattr(torch._C, "_to_dlpack", None) or torch.utils.dlpack.to_dlpack
 _is_compiling = torch.compiler.is_compiling
 _dispatch_depth = getattr(torch._C, "_len_torch_dispatch_stack", None) or (lambda: 0)
 _grad_enabled = torch.is_grad_enabled
-_SCALAR_TYPES = (float, int)
-_CU_DTYPES = (torch.int64, torch.int32)
 _STATE_DTYPES = (torch.float32, torch.bfloat16)
 
 
-def _cuda_current_stream(device_index):
-    return torch.cuda.current_stream(device_index).cuda_stream
-
-
-# Private torch bindings that return plain ints/bools (a few hundred ns instead of microseconds for
-# torch.cuda.current_stream() and friends); the public spellings are the fallback.
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or _cuda_current_stream
-_current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
-_is_capturing = (getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
-                 or torch.cuda.is_current_stream_capturing)
-
-
-# ---- the eager route ---------------------------------------------------------------------------
-
-def _host_copy_ok(cu_seqlens, cu_seqlens_cpu):
-    """cu_seqlens_cpu is a host tensor of the dtype and shape of cu_seqlens (its values are read by
-    _cu_contents_ok, or not at all on the host, where cu_seqlens itself is read)."""
-    return (type(cu_seqlens_cpu) is _Tensor and cu_seqlens is not None and not cu_seqlens_cpu.is_cuda
-            and cu_seqlens_cpu.dtype in _CU_DTYPES and cu_seqlens_cpu.shape == cu_seqlens.shape)
-
-
-def _cu_contents_ok(cu_seqlens, cu_seqlens_cpu, total):
-    """For CUDA cu_seqlens: True when the contents are valid, or cannot be read now (the stream is
-    capturing a CUDA graph; they are then the caller's responsibility). False sends the call to the
-    checked route, which raises the error. A host copy given as cu_seqlens_cpu is read instead of
-    copying cu_seqlens (a synchronisation)."""
-    if cu_seqlens_cpu is not None:
-        if not _host_copy_ok(cu_seqlens, cu_seqlens_cpu):
-            return False
-        values = cu_seqlens_cpu.tolist()
-    elif not cu_seqlens.is_cuda:
-        return True  # a host cu_seqlens with CUDA tensors: the compiled layer rejects the devices
-    elif _is_capturing():
-        return True
-    else:
-        values = cu_seqlens.tolist()  # copies to the host: synchronises with the device
-    if type(values) is not list or not values or values[0] != 0 or values[-1] != total:
-        return False
-    previous = 0
-    for value in values:
-        if value < previous:
-            return False
-        previous = value
-    return True
-
-
-def _direct(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
-            cu_seqlens, cu_seqlens_cpu, state_indices=None, has_initial_state=None):
-    """flash_kda.fwd on plain torch tensors without Python checks. Returns False, having written
-    nothing, when the checked route must take the call: an argument that is not a tensor or not a
-    plain number, CUDA cu_seqlens with bad contents, or a call the compiled layer rejects."""
-    if not (isinstance(scale, _SCALAR_TYPES) and isinstance(lower_bound, _SCALAR_TYPES)):
-        return False
-    td = _to_dlpack
+def _real(name, x):
+    """A Python float for an operator's float argument (the eager calls pass scalars on to the
+    compiled layer, which converts them)."""
+    if isinstance(x, (str, bytes)) or x is None:
+        raise TypeError(f"{name}: expected a real number (got {type(x).__name__})")
     try:
-        args = (td(q), td(k), td(v), td(g), td(beta), float(scale), td(out), td(A_log), td(dt_bias),
-                float(lower_bound), None if initial_state is None else td(initial_state),
-                None if final_state is None else td(final_state),
-                None if cu_seqlens is None else td(cu_seqlens),
-                None if state_indices is None else td(state_indices),
-                None if has_initial_state is None else td(has_initial_state))
-    except Exception:  # not a tensor, or one DLPack cannot describe: the checked route says why
-        return False
-    try:
-        if not q.is_cuda:
-            if cu_seqlens_cpu is not None and not _host_copy_ok(cu_seqlens, cu_seqlens_cpu):
-                return False
-            _C.fwd(*args, backend="auto", strict_dtypes=True)
-            return True
-        device = q.get_device()
-        if _current_device() == device:
-            return _launch_cuda(args, device, q, cu_seqlens, cu_seqlens_cpu)
-        with torch.cuda.device(device):
-            return _launch_cuda(args, device, q, cu_seqlens, cu_seqlens_cpu)
-    except (TypeError, ValueError):  # rejected before anything was written
-        return False
-
-
-def _launch_cuda(args, device, q, cu_seqlens, cu_seqlens_cpu):
-    """_direct's CUDA part, with `device` current."""
-    if cu_seqlens is not None and not _cu_contents_ok(
-            cu_seqlens, cu_seqlens_cpu, q.shape[0] * q.shape[1] if q.dim() == 4 else -1):
-        return False
-    needed = _C.fwd(*args, backend="auto", stream=_raw_stream(device), query_workspace=True,
-                    strict_dtypes=True)
-    return needed == 0  # a call that needs a workspace runs on the checked route, which provides it
-
-
-def _eager(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
-           cu_seqlens, backend, cu_seqlens_cpu, state_indices=None, has_initial_state=None):
-    """The fwd operator's implementation and chunk_kda's eager call: direct, else checked."""
-    if backend is None and _direct(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound,
-                                   initial_state, final_state, cu_seqlens, cu_seqlens_cpu,
-                                   state_indices, has_initial_state):
-        return
-    _fwd._fwd_checked(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state,
-                      final_state, cu_seqlens, backend, cu_seqlens_cpu, state_indices,
-                      has_initial_state)
-
-
-def fwd_torch(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
-              cu_seqlens, backend, cu_seqlens_cpu, state_indices=None, has_initial_state=None):
-    """flash_kda.fwd when torch is imported and q is not a NumPy array: the operator while traced,
-    else the direct route, else (not plain tensors, or rejected) the checked route."""
-    if _is_compiling() or _dispatch_depth():
-        if isinstance(q, _Tensor):
-            _fwd_op(q, k, v, g, beta, _fwd._scalar("scale", scale), out, A_log, dt_bias,
-                    _fwd._scalar("lower_bound", lower_bound), initial_state, final_state, cu_seqlens,
-                    cu_seqlens_cpu, backend, state_indices, has_initial_state)
-            return None
-    elif backend is None and _direct(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound,
-                                     initial_state, final_state, cu_seqlens, cu_seqlens_cpu,
-                                     state_indices, has_initial_state):
-        return None
-    _fwd._fwd_checked(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state,
-                      final_state, cu_seqlens, backend, cu_seqlens_cpu, state_indices,
-                      has_initial_state)
-    return None
-
-
-def _direct_decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
-                   num_accepted_tokens, cu_seqlens):
-    """flash_kda.decode on plain torch tensors without Python checks (the per-step path of a serving
-    engine): the compiled layer checks every dtype, shape, stride and device before anything is
-    written. Returns False, having written nothing, when the checked route must take the call: an
-    argument that is not a tensor or not a plain number, CUDA cu_seqlens outside graph capture (their
-    contents are checked on the host there), or a call the compiled layer rejects."""
-    if not (isinstance(scale, _SCALAR_TYPES) and isinstance(lower_bound, _SCALAR_TYPES)):
-        return False
-    td = _to_dlpack
-    try:
-        args = (td(q), td(k), td(v), td(g), td(beta), float(scale), td(out), td(A_log), td(dt_bias),
-                float(lower_bound), td(state), td(state_indices),
-                None if num_accepted_tokens is None else td(num_accepted_tokens),
-                None if cu_seqlens is None else td(cu_seqlens))
-    except Exception:  # not a tensor, or one DLPack cannot describe: the checked route says why
-        return False
-    try:
-        if not q.is_cuda:
-            _C.decode(*args, backend="auto", strict_dtypes=True)
-            return True
-        device = q.get_device()
-        if _current_device() != device:
-            return False
-        if cu_seqlens is not None and not _is_capturing():
-            return False
-        _C.decode(*args, backend="auto", stream=_raw_stream(device), strict_dtypes=True)
-        return True
-    except (TypeError, ValueError):  # rejected before anything was written
-        return False
-
-
-def decode_torch(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
-                 num_accepted_tokens, cu_seqlens, backend):
-    """flash_kda.decode when torch is imported and q is not a NumPy array: the operator while
-    traced, else the direct route, else (not plain tensors, or rejected) the checked route."""
-    if _is_compiling() or _dispatch_depth():
-        if isinstance(q, _Tensor):
-            _decode_op(q, k, v, g, beta, _fwd._scalar("scale", scale), out, A_log, dt_bias,
-                       _fwd._scalar("lower_bound", lower_bound), state, state_indices,
-                       num_accepted_tokens, cu_seqlens, backend)
-            return None
-    elif backend is None and _direct_decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound,
-                                            state, state_indices, num_accepted_tokens, cu_seqlens):
-        return None
-    _decode._decode_checked(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state,
-                            state_indices, num_accepted_tokens, cu_seqlens, backend)
-    return None
+        return float(x)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected a real number (got {type(x).__name__})") from None
+    except OverflowError:
+        raise ValueError(f"{name}: must be finite (got a number too large for a float)") from None
 
 
 # ---- operators -----------------------------------------------------------------------------------
@@ -246,17 +81,18 @@ def _fwd_op(
     state_indices: Optional[torch.Tensor] = None,
     has_initial_state: Optional[torch.Tensor] = None,
 ) -> None:
-    _eager(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
-           cu_seqlens, backend, cu_seqlens_cpu, state_indices, has_initial_state)
+    _eager.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
+               cu_seqlens, cu_seqlens_cpu, state_indices, has_initial_state, backend)
 
 
 @_fwd_op.register_fake
 def _fwd_fake(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state=None,
               final_state=None, cu_seqlens=None, cu_seqlens_cpu=None, backend=None, state_indices=None,
               has_initial_state=None):
-    _fwd._validate(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state,
-                   final_state, cu_seqlens, backend, cu_seqlens_cpu, state_indices=state_indices,
-                   has_initial_state=has_initial_state, meta_ok=True)
+    d = describe
+    _C.check_fwd(d(q), d(k), d(v), d(g), d(beta), scale, d(out), d(A_log), d(dt_bias), lower_bound,
+                 d(initial_state), d(final_state), d(cu_seqlens), d(cu_seqlens_cpu), d(state_indices),
+                 d(has_initial_state), backend="auto" if backend is None else backend)
 
 
 @torch.library.custom_op("flash_kda::decode", mutates_args=("out", "state"))
@@ -277,18 +113,31 @@ def _decode_op(
     cu_seqlens: Optional[torch.Tensor] = None,
     backend: Optional[str] = None,
 ) -> None:
-    if backend is None and _direct_decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound,
-                                          state, state_indices, num_accepted_tokens, cu_seqlens):
-        return
-    _decode._decode_checked(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state,
-                            state_indices, num_accepted_tokens, cu_seqlens, backend)
+    _eager.decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
+                  num_accepted_tokens, cu_seqlens, backend)
 
 
 @_decode_op.register_fake
 def _decode_fake(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
                  num_accepted_tokens=None, cu_seqlens=None, backend=None):
-    _decode._validate_decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state,
-                             state_indices, num_accepted_tokens, cu_seqlens, backend, meta_ok=True)
+    d = describe
+    _C.check_decode(d(q), d(k), d(v), d(g), d(beta), scale, d(out), d(A_log), d(dt_bias), lower_bound,
+                    d(state), d(state_indices), d(num_accepted_tokens), d(cu_seqlens), None,
+                    backend="auto" if backend is None else backend)
+
+
+def fwd_op(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
+           cu_seqlens, cu_seqlens_cpu, backend, state_indices, has_initial_state):
+    """flash_kda.fwd while traced: the operator (its float arguments made Python floats)."""
+    _fwd_op(q, k, v, g, beta, _real("scale", scale), out, A_log, dt_bias, _real("lower_bound", lower_bound),
+            initial_state, final_state, cu_seqlens, cu_seqlens_cpu, backend, state_indices, has_initial_state)
+
+
+def decode_op(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
+              num_accepted_tokens, cu_seqlens, backend):
+    """flash_kda.decode while traced: the operator."""
+    _decode_op(q, k, v, g, beta, _real("scale", scale), out, A_log, dt_bias, _real("lower_bound", lower_bound),
+               state, state_indices, num_accepted_tokens, cu_seqlens, backend)
 
 
 def _allocate(q, v, initial_state, cu_seqlens, output_final_state):
@@ -329,8 +178,8 @@ def _chunk_op(
     output_final_state: bool,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     out, final = _allocate(q, v, initial_state, cu_seqlens, output_final_state)
-    _eager(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final,
-           cu_seqlens, None, cu_seqlens_cpu)
+    _eager.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final,
+               cu_seqlens, cu_seqlens_cpu)
     return out, _placeholder(q) if final is None else final
 
 
@@ -338,8 +187,8 @@ def _chunk_op(
 def _chunk_fake(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial_state, cu_seqlens,
                 cu_seqlens_cpu, output_final_state):
     out, final = _allocate(q, v, initial_state, cu_seqlens, output_final_state)
-    _fwd._validate(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final,
-                   cu_seqlens, None, cu_seqlens_cpu, meta_ok=True)
+    _fwd_fake(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final,
+              cu_seqlens, cu_seqlens_cpu)
     return out, _placeholder(q) if final is None else final
 
 
@@ -421,8 +270,8 @@ def chunk_kda(
         _check_tensors(q, k, v, g, beta)  # raises unless q..beta are tensor subclasses of the right rank
     if _grad_enabled():
         _check_no_grad(q, k, v, g, beta, A_log, dt_bias, initial_state)
-    scale = q.shape[3] ** -0.5 if scale is None else _fwd._scalar("scale", scale)
-    lower_bound = _fwd._scalar("lower_bound", lower_bound)
+    if scale is None:
+        scale = q.shape[3] ** -0.5
     if A_log is None:  # fla: the gate is lower_bound * sigmoid(g + dt_bias), i.e. exp(A_log) = 1
         A_log = torch.zeros(v.shape[2], dtype=torch.float32, device=q.device)
     if dt_bias is None:
@@ -431,8 +280,9 @@ def chunk_kda(
         initial_state = initial_state.transpose(2, 3).contiguous()
 
     if _is_compiling() or _dispatch_depth():
-        o, final = _chunk_op(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial_state,
-                             cu_seqlens, cu_seqlens_cpu, bool(output_final_state))
+        o, final = _chunk_op(q, k, v, g, beta, _real("scale", scale), A_log, dt_bias,
+                             _real("lower_bound", lower_bound), initial_state, cu_seqlens, cu_seqlens_cpu,
+                             bool(output_final_state))
         if not output_final_state:
             final = None
     else:
@@ -440,8 +290,8 @@ def chunk_kda(
         final = None
         if output_final_state:
             final = _final_state(q, v, initial_state, cu_seqlens)
-        _eager(q, k, v, g, beta, scale, o, A_log, dt_bias, lower_bound, initial_state, final,
-               cu_seqlens, None, cu_seqlens_cpu)
+        _eager.fwd(q, k, v, g, beta, scale, o, A_log, dt_bias, lower_bound, initial_state, final,
+                   cu_seqlens, cu_seqlens_cpu)
     if final is not None and not state_v_first:
         final = final.transpose(2, 3).contiguous()
     return o, final
@@ -505,6 +355,3 @@ def _check_no_grad(*tensors):
             "backward); call it under torch.inference_mode() or torch.no_grad(), or use fla's "
             "chunk_kda for training")
 
-
-_fwd._TORCH_FWD = fwd_torch
-_decode._TORCH_DECODE = decode_torch

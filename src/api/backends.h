@@ -1,45 +1,74 @@
-// Internal: the entry points of each backend. `fwd` and `decode` (src/api/) validate the parameters
-// once and then call exactly one of these; a backend may assume validated, stride-filled params.
+// Internal: what `fwd` and `decode` (src/api/) hand to a backend once the arguments are checked.
+// The CPU backends get a HostRun: the normalised problem, where each sequence's states live, and
+// host copies of every index array, taken once per call and checked; they never read the caller's
+// index arrays again (another thread may change those while the call runs). The CUDA backend gets
+// the normalised, checked parameters.
 #pragma once
+
+#include <cstdint>
+#include <vector>
 
 #include "flash_kda/flash_kda.h"
 
 namespace flash_kda {
 
-// Where each sequence's state is read from and written to. The forward without a pool maps sequence
-// n to slot n of initial_state / final_state; a pool prefill maps it through state_indices; a decode
-// call through its [N, S] indices. Built by state_map() below; every backend reads it the same way.
-struct StateMap {
-  const int32_t* indices = nullptr;       // nullptr: sequence n uses slot n
-  int64_t stride = 1;                     // elements between the index rows of consecutive sequences
-  int64_t slots_per_seq = 1;              // S > 1: the state after token t goes to indices[n][t]
-  const int32_t* num_accepted = nullptr;  // S > 1: read column num_accepted[n] - 1 (else 0)
-  const uint8_t* has_initial = nullptr;   // zero entry: the sequence starts from zeros
+// heads_v = 0 becomes H, all-zero strides become contiguous, the state dtypes of FwdParams are
+// resolved (state_dtype fills initial_state_dtype / final_state_dtype where those are kNone).
+void normalise(ProblemParams& p);
+void normalise(FwdParams& p);
+
+// The index arrays of one call, copied from host memory once. Rows of speculative slots are
+// compacted to slots_per_seq entries.
+struct HostIndices {
+  std::vector<int64_t> cu;           // [N + 1] offsets; empty: fixed batch (sequence n is row n)
+  std::vector<int32_t> slots;        // [N * slots_per_seq]; empty: sequence n uses slot n
+  int64_t slots_per_seq = 1;         // > 1: the state after token t goes to slots[n * S + t]
+  std::vector<int32_t> accepted;     // [N] read column + 1 (speculative); empty: column 0
+  std::vector<uint8_t> has_initial;  // [N]; empty: every sequence reads its slot
 };
 
-StateMap state_map(const FwdParams& p);
-StateMap state_map(const DecodeParams& p);
+// Everything a CPU backend reads: the problem and, per sequence, its states located through the
+// host indices. Decode runs with the pool as both states.
+struct HostRun {
+  const ProblemParams& p;
+  const void* initial_state;
+  DType initial_dtype;
+  void* final_state;
+  DType final_dtype;
+  HostIndices idx;
+};
 
-// The forward's view of a decode call: the same inputs, with the pool as both initial_state and
-// final_state (its slots located by state_map(p)).
-FwdParams forward_view(const DecodeParams& p);
+// Tokens [begin, end) of batch row `row`: sequence n of the call.
+struct SeqRange {
+  int64_t row;
+  int64_t begin;
+  int64_t end;
+};
+SeqRange sequence_range(const ProblemParams& p, const HostIndices& idx, int64_t n);
 
-// The slots of sequence n, read from host-resident indices.
+// The slots of sequence n.
 struct SeqSlots {
   bool active = true;                  // false: padding; nothing of the sequence is read or written
   int64_t read = -1;                   // slot of the initial state; -1: start from zeros
   int64_t write = -1;                  // slot of the state after the last token; -1: none
-  const int32_t* per_token = nullptr;  // S > 1: indices[n][0..S), the slot of the state after token t
+  const int32_t* per_token = nullptr;  // S > 1: the slots of the states after tokens 0..S-1
 };
-SeqSlots host_seq_slots(const StateMap& m, int64_t n);
+SeqSlots sequence_slots(const HostIndices& idx, int64_t n);
+
+// The checks of validate(), on normalised parameters. `idx` receives the host copies of the index
+// arrays the backend will read (nullptr: copy, check and discard them). With data_free the
+// pointers are not real (torch's fake tensors): nothing that needs an address or memory contents
+// is checked.
+Status check(const FwdParams& p, HostIndices* idx, bool data_free = false);
+Status check(const DecodeParams& p, HostIndices* idx, bool data_free = false);
 
 namespace cpu {
 // float64 per-token recurrence (src/cpu/reference.cpp): the oracle of fwd and decode.
-Status reference_fwd(const FwdParams& p, const StateMap& m);
+Status reference_fwd(const HostRun& run);
 // fp32 chunked, multi-threaded (src/cpu/chunked.cpp): the forward's fast path.
-Status chunked_fwd(const FwdParams& p, const StateMap& m);
+Status chunked_fwd(const HostRun& run);
 // fp32 per-token recurrence (src/cpu/recurrent.cpp): decode's fast path (T <= 8: nothing to chunk).
-Status recurrent_fwd(const FwdParams& p, const StateMap& m);
+Status recurrent_fwd(const HostRun& run);
 }  // namespace cpu
 
 namespace cuda {
@@ -49,14 +78,5 @@ Status fwd(const FwdParams& p, cudaStream_t stream);        // src/cuda/fwd_disp
 Status decode(const DecodeParams& p, cudaStream_t stream);  // src/cuda/decode_dispatch.cu
 bool available();
 }  // namespace cuda
-
-// Reads the bounds of sequence n from host-resident cu_seqlens (or the fixed batch layout):
-// tokens [begin, end) of batch row `row`.
-struct SeqRange {
-  int64_t row;
-  int64_t begin;
-  int64_t end;
-};
-SeqRange host_sequence_range(const FwdParams& p, int64_t n);
 
 }  // namespace flash_kda

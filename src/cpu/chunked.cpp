@@ -66,7 +66,7 @@ class HeadRunner {
   // Rows of S per pass of the products, so that a pass holds 8 accumulator registers at any width.
   static constexpr int64_t kRows = W / 4;
 
-  // x *= scale / sqrt(sum x^2 + 1e-6) over a padded row (the eps inside the root, as SPEC.md).
+  // x *= scale / sqrt(sum x^2 + 1e-6) over a padded row (the eps inside the root, as docs/spec.md).
   static FLASH_KDA_INLINE void l2_normalise(float* x, int64_t padded, float scale) {
     Vec sum_sq{};
     for (int64_t c = 0; c < padded; c += W) {
@@ -78,12 +78,13 @@ class HeadRunner {
   }
 
  public:
-  FLASH_KDA_INLINE HeadRunner(const FwdParams& p, const HeadTask& task, ChunkedScratch& s)
-      : p_(p),
+  FLASH_KDA_INLINE HeadRunner(const HostRun& run, const HeadTask& task, ChunkedScratch& s)
+      : run_(run),
+        p_(run.p),
         task_(task),
         s_(s),
-        K_(p.head_dim_k),
-        V_(p.head_dim_v),
+        K_(p_.head_dim_k),
+        V_(p_.head_dim_v),
         Kp_(round_up(K_, kBlock)),
         Vp_(round_up(V_, W)) {
     s_.state.assign(size_t(Vp_ * Kp_), 0.0f);
@@ -102,7 +103,7 @@ class HeadRunner {
 
   FLASH_KDA_INLINE void run() {
     // The whole initial state is read before anything is written: final_state may alias it.
-    load_state(p_, task_.initial_state, s_.state.data(), Kp_);
+    load_state(run_, task_.initial_state, s_.state.data(), Kp_);
     for (int64_t t0 = 0; t0 < task_.length; t0 += kChunk) {
       const int64_t L = std::min(kChunk, task_.length - t0);
       prepare(t0, L);
@@ -110,7 +111,7 @@ class HeadRunner {
       solve_and_output(t0, L);
       update_state(L);
     }
-    store_state(p_, s_.state.data(), Kp_, task_.final_state);
+    store_state(run_, s_.state.data(), Kp_, task_.final_state);
   }
 
  private:
@@ -213,8 +214,7 @@ class HeadRunner {
       }
       for (int i = 0; i < kRows; ++i)
         for (int j = 0; j < kVecs; ++j)
-          for (int lane = 0; lane < W; ++lane)
-            s_.inter[size_t((j * W + lane) * Vp_ + r + i)] = acc[i][j][lane];
+          for (int lane = 0; lane < W; ++lane) s_.inter[size_t((j * W + lane) * Vp_ + r + i)] = acc[i][j][lane];
     }
 
     constexpr int kIntraVecs = kChunk / W, kIntraRows = W / 2;
@@ -297,7 +297,8 @@ class HeadRunner {
     }
   }
 
-  const FwdParams& p_;
+  const HostRun& run_;
+  const ProblemParams& p_;
   const HeadTask& task_;
   ChunkedScratch& s_;
   const int64_t K_, V_, Kp_, Vp_;
@@ -305,8 +306,6 @@ class HeadRunner {
 
 }  // namespace
 
-Status chunked_fwd(const FwdParams& p, const StateMap& m) {
-  return IsaDispatch<HeadRunner, ChunkedScratch>::run(p, m);
-}
+Status chunked_fwd(const HostRun& run) { return IsaDispatch<HeadRunner, ChunkedScratch>::run(run); }
 
 }  // namespace flash_kda::cpu

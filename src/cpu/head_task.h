@@ -1,6 +1,9 @@
 // The unit of work of the CPU backends: one sequence and one value head, with its inputs located and
 // its state slices found. Shared by the float64 reference and the fp32 paths so all read the
-// parameters the same way (strides, GVA head mapping, varlen bounds, state dtypes, pool slots).
+// parameters the same way (strides, GVA head mapping, varlen bounds, state dtypes, pool slots);
+// because of that the tests check all of them against oracles that share none of this code
+// (tests/cpp/test_util.h, tests/python/oracle.py). Sequence bounds and slots come from the host
+// copies of the index arrays (HostRun::idx), never from the caller's arrays.
 #pragma once
 
 #include <algorithm>
@@ -38,13 +41,14 @@ struct HeadTask {
   bool per_token_states = false;
 };
 
-inline HeadTask make_head_task(const FwdParams& p, const StateMap& m, int64_t n, int64_t hv) {
-  const int64_t HV = p.heads_v > 0 ? p.heads_v : p.heads;
+inline HeadTask make_head_task(const HostRun& run, int64_t n, int64_t hv) {
+  const ProblemParams& p = run.p;
+  const int64_t HV = p.heads_v;
   const int64_t h = hv / (HV / p.heads);  // GVA: HV/H value heads share one q/k head
   const int64_t K = p.head_dim_k, V = p.head_dim_v;
 
   HeadTask t;
-  const SeqRange range = host_sequence_range(p, n);
+  const SeqRange range = sequence_range(p, run.idx, n);
   t.length = range.end - range.begin;
   t.A_log = p.A_log[hv];
   t.dt_bias = p.dt_bias + hv * K;
@@ -66,32 +70,31 @@ inline HeadTask make_head_task(const FwdParams& p, const StateMap& m, int64_t n,
     t.out_stride = p.out_strides.token;
   }
   // Slot s of a state tensor holds [HV, V, K]; validation has checked every slot used here.
-  const SeqSlots slots = host_seq_slots(m, n);
-  const int64_t elem = p.state_dtype == DType::kF32 ? 4 : 2;
-  auto offset = [&](int64_t slot) { return (slot * HV + hv) * V * K * elem; };
-  if (p.initial_state && slots.read >= 0)
-    t.initial_state = static_cast<const char*>(p.initial_state) + offset(slots.read);
-  if (p.final_state && slots.write >= 0)
-    t.final_state = static_cast<char*>(p.final_state) + offset(slots.write);
-  if (p.final_state && slots.per_token) {
+  const SeqSlots slots = sequence_slots(run.idx, n);
+  auto offset = [&](int64_t slot, DType dtype) { return (slot * HV + hv) * V * K * (dtype == DType::kF32 ? 4 : 2); };
+  if (run.initial_state && slots.read >= 0)
+    t.initial_state = static_cast<const char*>(run.initial_state) + offset(slots.read, run.initial_dtype);
+  if (run.final_state && slots.write >= 0)
+    t.final_state = static_cast<char*>(run.final_state) + offset(slots.write, run.final_dtype);
+  if (run.final_state && slots.per_token) {
     t.per_token_states = true;
-    for (int64_t i = 0; i < std::min(t.length, m.slots_per_seq); ++i)
+    for (int64_t i = 0; i < std::min(t.length, run.idx.slots_per_seq); ++i)
       if (slots.per_token[i] >= 0)
-        t.state_after[i] = static_cast<char*>(p.final_state) + offset(slots.per_token[i]);
+        t.state_after[i] = static_cast<char*>(run.final_state) + offset(slots.per_token[i], run.final_dtype);
   }
   return t;
 }
 
-// Reads a V×K state slice (bf16 or fp32; zeros when src is null) into `state`, whose rows are `pitch`
-// >= K elements apart; the columns past K are left as they are.
+// Reads a V×K state slice of initial_state's dtype (zeros when src is null) into `state`, whose
+// rows are `pitch` >= K elements apart; the columns past K are left as they are.
 template <typename Real>
-void load_state(const FwdParams& p, const void* src, Real* state, int64_t pitch) {
-  const int64_t K = p.head_dim_k, V = p.head_dim_v;
+void load_state(const HostRun& run, const void* src, Real* state, int64_t pitch) {
+  const int64_t K = run.p.head_dim_k, V = run.p.head_dim_v;
   for (int64_t r = 0; r < V; ++r) {
     Real* row = state + r * pitch;
     if (!src) {
       std::fill(row, row + K, Real(0));
-    } else if (p.state_dtype == DType::kF32) {
+    } else if (run.initial_dtype == DType::kF32) {
       const float* s = static_cast<const float*>(src) + r * K;
       for (int64_t c = 0; c < K; ++c) row[c] = Real(s[c]);
     } else {
@@ -116,14 +119,15 @@ inline uint16_t double_to_bf16(double x) {
 inline uint16_t to_bf16(float x) { return float_to_bf16(x); }
 inline uint16_t to_bf16(double x) { return double_to_bf16(x); }
 
-// Writes a V×K state slice (rows `pitch` elements apart) in the state dtype; nothing when dst is null.
+// Writes a V×K state slice (rows `pitch` elements apart) in final_state's dtype; nothing when dst
+// is null.
 template <typename Real>
-void store_state(const FwdParams& p, const Real* state, int64_t pitch, void* dst) {
+void store_state(const HostRun& run, const Real* state, int64_t pitch, void* dst) {
   if (!dst) return;
-  const int64_t K = p.head_dim_k, V = p.head_dim_v;
+  const int64_t K = run.p.head_dim_k, V = run.p.head_dim_v;
   for (int64_t r = 0; r < V; ++r) {
     const Real* row = state + r * pitch;
-    if (p.state_dtype == DType::kF32) {
+    if (run.final_dtype == DType::kF32) {
       float* d = static_cast<float*>(dst) + r * K;
       for (int64_t c = 0; c < K; ++c) d[c] = float(row[c]);
     } else {
@@ -138,23 +142,24 @@ void store_state(const FwdParams& p, const Real* state, int64_t pitch, void* dst
 // Each item reads only its own inputs and state slices (distinct sequences use distinct slots), so
 // the schedule cannot change any result (batch invariance). Padding sequences are not visited.
 template <typename Scratch, typename RunHead>
-Status for_each_head(const FwdParams& p, const StateMap& m, const RunHead& run_head) {
+Status for_each_head(const HostRun& run, const RunHead& run_head) {
+  const ProblemParams& p = run.p;
   const int64_t N = num_sequences(p);
-  const int64_t HV = p.heads_v > 0 ? p.heads_v : p.heads;
+  const int64_t HV = p.heads_v;
   try {
     std::vector<int64_t> order;
     std::vector<int64_t> length(size_t(N), 0);
     order.reserve(size_t(N));
     for (int64_t n = 0; n < N; ++n) {
-      const SeqRange r = host_sequence_range(p, n);
+      const SeqRange r = sequence_range(p, run.idx, n);
       length[size_t(n)] = r.end - r.begin;
-      if (host_seq_slots(m, n).active) order.push_back(n);
+      if (sequence_slots(run.idx, n).active) order.push_back(n);
     }
     std::stable_sort(order.begin(), order.end(),
                      [&](int64_t a, int64_t b) { return length[size_t(a)] > length[size_t(b)]; });
     const int64_t items = int64_t(order.size()) * HV;
     parallel_for<Scratch>(items, p.cpu_threads, [&](int64_t i, Scratch& scratch) {
-      run_head(make_head_task(p, m, order[size_t(i / HV)], i % HV), scratch);
+      run_head(make_head_task(run, order[size_t(i / HV)], i % HV), scratch);
     });
   } catch (const std::bad_alloc&) {
     return {StatusCode::kUnsupported, "cpu backend: out of memory"};

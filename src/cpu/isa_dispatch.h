@@ -12,17 +12,16 @@ namespace flash_kda::cpu {
 // cover it on AVX2 machines.
 template <template <int> class Runner, class Scratch>
 struct IsaDispatch {
-  using RunHead = void (*)(const FwdParams&, const HeadTask&, Scratch&);
+  using RunHead = void (*)(const HostRun&, const HeadTask&, Scratch&);
 
-  static void run_portable(const FwdParams& p, const HeadTask& task, Scratch& scratch) {
-    Runner<4>(p, task, scratch).run();
+  static void run_portable(const HostRun& r, const HeadTask& task, Scratch& scratch) {
+    Runner<4>(r, task, scratch).run();
   }
 #if defined(__x86_64__)
   // The same code compiled for AVX2 + FMA (the runners and Simd are always_inline, so all of it
   // takes this function's target): 8-wide vectors and fused multiply-adds.
-  __attribute__((target("avx2,fma"))) static void run_avx2(const FwdParams& p, const HeadTask& task,
-                                                            Scratch& scratch) {
-    Runner<8>(p, task, scratch).run();
+  __attribute__((target("avx2,fma"))) static void run_avx2(const HostRun& r, const HeadTask& task, Scratch& scratch) {
+    Runner<8>(r, task, scratch).run();
   }
 #endif
 
@@ -33,10 +32,9 @@ struct IsaDispatch {
     return run_portable;
   }
 
-  static Status run(const FwdParams& p, const StateMap& m) {
+  static Status run(const HostRun& r) {
     static const RunHead run_head = select();
-    return for_each_head<Scratch>(p, m,
-                                  [&](const HeadTask& task, Scratch& scratch) { run_head(p, task, scratch); });
+    return for_each_head<Scratch>(r, [&](const HeadTask& task, Scratch& scratch) { run_head(r, task, scratch); });
   }
 };
 

@@ -1,4 +1,4 @@
-// Decode's fast CPU path (Backend::kCpu of `decode`): the per-token recurrence of SPEC.md in fp32, one
+// Decode's fast CPU path (Backend::kCpu of `decode`): the per-token recurrence of docs/spec.md in fp32, one
 // (sequence, value head) per thread. A decode call brings at most kMaxDecodeTokens tokens per
 // sequence, too few for the chunked form to pay off, and speculative decoding needs the state after
 // every token anyway. Per token, with q_tilde = scale · q_hat and S_a = S · Diag(alpha):
@@ -36,8 +36,8 @@ class DecodeRunner {
   using Vec = typename S::Vec;
 
  public:
-  FLASH_KDA_INLINE DecodeRunner(const FwdParams& p, const HeadTask& task, RecurrentScratch& s)
-      : p_(p), task_(task), s_(s), K_(p.head_dim_k), V_(p.head_dim_v), Kp_(round_up(K_, W)) {
+  FLASH_KDA_INLINE DecodeRunner(const HostRun& run, const HeadTask& task, RecurrentScratch& s)
+      : run_(run), p_(run.p), task_(task), s_(s), K_(p_.head_dim_k), V_(p_.head_dim_v), Kp_(round_up(K_, W)) {
     s_.state.assign(size_t(V_ * Kp_), 0.0f);
     for (auto* buf : {&s_.k_hat, &s_.q_tilde, &s_.alpha, &s_.dt_bias}) buf->assign(size_t(Kp_), 0.0f);
     std::copy(task.dt_bias, task.dt_bias + K_, s_.dt_bias.begin());
@@ -45,17 +45,16 @@ class DecodeRunner {
 
   FLASH_KDA_INLINE void run() {
     // The whole state is read before anything is written: the pool is updated in place.
-    load_state(p_, task_.initial_state, s_.state.data(), Kp_);
+    load_state(run_, task_.initial_state, s_.state.data(), Kp_);
     for (int64_t t = 0; t < task_.length; ++t) {
       step(t);
-      if (task_.per_token_states && t < kMaxDecodeTokens)
-        store_state(p_, s_.state.data(), Kp_, task_.state_after[t]);
+      if (task_.per_token_states && t < kMaxDecodeTokens) store_state(run_, s_.state.data(), Kp_, task_.state_after[t]);
     }
-    store_state(p_, s_.state.data(), Kp_, task_.final_state);
+    store_state(run_, s_.state.data(), Kp_, task_.final_state);
   }
 
  private:
-  // x[0, K) = src * factor / sqrt(sum src^2 + 1e-6) (the eps inside the root, as SPEC.md).
+  // x[0, K) = src * factor / sqrt(sum src^2 + 1e-6) (the eps inside the root, as docs/spec.md).
   FLASH_KDA_INLINE void normalised(const uint16_t* src, float factor, float* x) const {
     float sum_sq = 0.0f;
     for (int64_t c = 0; c < K_; ++c) {
@@ -102,7 +101,8 @@ class DecodeRunner {
     }
   }
 
-  const FwdParams& p_;
+  const HostRun& run_;
+  const ProblemParams& p_;
   const HeadTask& task_;
   RecurrentScratch& s_;
   const int64_t K_, V_, Kp_;
@@ -110,8 +110,6 @@ class DecodeRunner {
 
 }  // namespace
 
-Status recurrent_fwd(const FwdParams& p, const StateMap& m) {
-  return IsaDispatch<DecodeRunner, RecurrentScratch>::run(p, m);
-}
+Status recurrent_fwd(const HostRun& run) { return IsaDispatch<DecodeRunner, RecurrentScratch>::run(run); }
 
 }  // namespace flash_kda::cpu

@@ -1,4 +1,4 @@
-// The float64 per-token recurrence of SPEC.md, written as the equations read: the test oracle
+// The float64 per-token recurrence of docs/spec.md, written as the equations read: the test oracle
 // (Backend::kCpuReference) of fwd and decode. Deliberately unoptimised beyond fusing the row passes
 // over the state.
 #include <cmath>
@@ -28,7 +28,8 @@ void l2_normalise(const uint16_t* x, int64_t n, double* x_hat) {
   for (int64_t c = 0; c < n; ++c) x_hat[c] *= inv_norm;
 }
 
-void run_head(const FwdParams& p, const HeadTask& task, ReferenceScratch& scratch) {
+void run_head(const HostRun& run, const HeadTask& task, ReferenceScratch& scratch) {
+  const ProblemParams& p = run.p;
   const int64_t K = p.head_dim_k, V = p.head_dim_v;
   scratch.state.resize(size_t(V * K));
   scratch.q_hat.resize(size_t(K));
@@ -39,7 +40,7 @@ void run_head(const FwdParams& p, const HeadTask& task, ReferenceScratch& scratc
   double* k_hat = scratch.k_hat.data();
   double* alpha = scratch.alpha.data();
   // The whole initial state is read before anything is written: final_state may alias it.
-  load_state(p, task.initial_state, state, K);
+  load_state(run, task.initial_state, state, K);
 
   const double gate_rate = std::exp(double(task.A_log));
   const double lower_bound = p.lower_bound, scale = p.scale;
@@ -72,16 +73,16 @@ void run_head(const FwdParams& p, const HeadTask& task, ReferenceScratch& scratc
       }
       out[r] = double_to_bf16(scale * row_q);
     }
-    if (task.per_token_states && t < kMaxDecodeTokens) store_state(p, state, K, task.state_after[t]);
+    if (task.per_token_states && t < kMaxDecodeTokens) store_state(run, state, K, task.state_after[t]);
   }
-  store_state(p, state, K, task.final_state);
+  store_state(run, state, K, task.final_state);
 }
 
 }  // namespace
 
-Status reference_fwd(const FwdParams& p, const StateMap& m) {
+Status reference_fwd(const HostRun& run) {
   return for_each_head<ReferenceScratch>(
-      p, m, [&](const HeadTask& task, ReferenceScratch& scratch) { run_head(p, task, scratch); });
+      run, [&](const HeadTask& task, ReferenceScratch& scratch) { run_head(run, task, scratch); });
 }
 
 }  // namespace flash_kda::cpu

@@ -56,12 +56,14 @@ struct Simd {
     return s;
   }
 
-  // exp(x), within 2 ulp for x in [-87, 88] and clamped to that range, so the result is always a
-  // finite normal number (no Inf to meet a zero later). Cody-Waite reduction x = n ln2 + r with
-  // |r| <= ln2/2, the Cephes expf polynomial, then 2^n through the exponent bits (n in [-126, 127]).
+  // exp(x), within 2 ulp for x in [-87, 88] and clamped to that range, so the result of a number is
+  // always a finite normal number (no Inf to meet a zero later). NaN stays NaN, as in the float64
+  // reference: each clamp is written so that its comparison is false for NaN and keeps x (the
+  // other way round, NaN became exp(88)). Cody-Waite reduction x = n ln2 + r with |r| <= ln2/2,
+  // the Cephes expf polynomial, then 2^n through the exponent bits (n in [-126, 127]).
   static FLASH_KDA_INLINE Vec exp(Vec x) {
-    x = x < 88.0f ? x : splat(88.0f);
-    x = x > -87.0f ? x : splat(-87.0f);
+    x = x > 88.0f ? splat(88.0f) : x;
+    x = x < -87.0f ? splat(-87.0f) : x;
     // Round to nearest by adding and removing 1.5 · 2^23 (exact: |x · log2 e| < 2^22).
     const Vec n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     const Vec r = (x - n * 0.693359375f) - n * -2.12194440e-4f;

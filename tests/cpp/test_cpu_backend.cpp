@@ -1,9 +1,10 @@
-// The CPU backends against SPEC.md: the chunked fp32 path (kCpu) against the float64 reference
+// The CPU backends against docs/spec.md: the chunked fp32 path (kCpu) against the float64 reference
 // (kCpuReference) within the tolerances, the reference against an independent naive oracle, and the
 // invariances (batch, thread count, strides, in-place state) bit for bit on one backend.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <iomanip>
@@ -40,12 +41,11 @@ void expect_complete(const Result& r) {
   ASSERT_TRUE(r.status.ok()) << r.status.message;
   EXPECT_TRUE(all_finite(r.out_double())) << "out has an unwritten or non-finite element";
   if (!r.final_state.empty()) {
-    EXPECT_TRUE(all_finite(r.final_state.to_double()))
-        << "final_state has an unwritten or non-finite element";
+    EXPECT_TRUE(all_finite(r.final_state.to_double())) << "final_state has an unwritten or non-finite element";
   }
 }
 
-// SPEC.md's tolerances leave room for bf16 and tf32 kernels. The fp32 CPU path lands far below them
+// docs/spec.md's tolerances leave room for bf16 and tf32 kernels. The fp32 CPU path lands far below them
 // (out ~1e-4, dominated by one-ulp bf16 flips of the output, and final_state ~1e-6 over many runs), so
 // it is also held to these tighter bounds: an error that the spec would still pass is a bug here.
 constexpr double kCpuOutBound = 1e-3;
@@ -64,8 +64,7 @@ void expect_within_tolerance(const Result& fast, const Result& ref) {
   if (!ref.final_state.empty()) {
     const double state_rel = rel_error(fast.final_state.to_double(), ref.final_state.to_double());
     EXPECT_LE(state_rel, kStateTolerance) << "final_state";
-    EXPECT_LE(state_rel, ref.final_state.dtype == DType::kBF16 ? kCpuBf16StateBound : kCpuStateBound)
-        << "final_state";
+    EXPECT_LE(state_rel, ref.final_state.dtype == DType::kBF16 ? kCpuBf16StateBound : kCpuStateBound) << "final_state";
     line << ", final_state " << state_rel;
   }
   std::cout << line.str() << "\n";
@@ -406,8 +405,7 @@ TEST_F(CpuBackend, ConcurrentCallersGetTheirOwnResult) {
     for (size_t c = 0; c < problems.size(); ++c)
       callers.emplace_back([&, c] { together[c] = run(problems[c], Backend::kCpu, int(c) + 1); });
     for (std::thread& t : callers) t.join();
-    for (size_t c = 0; c < problems.size(); ++c)
-      expect_identical(together[c], alone[c], "caller " + std::to_string(c));
+    for (size_t c = 0; c < problems.size(); ++c) expect_identical(together[c], alone[c], "caller " + std::to_string(c));
   }
 }
 
@@ -470,6 +468,118 @@ TEST_F(CpuBackend, StridedViews) {
     }
     expect_identical(strided, contiguous, "strided vs contiguous");
   }
+}
+
+}  // namespace
+}  // namespace flash_kda::test
+
+namespace flash_kda::test {
+namespace {
+
+// ---- against the naive oracle (test_util.h), which shares no code with src/cpu ---------------------
+
+void expect_close_to_naive(const Result& r, const NaiveResult& exact, bool state_fp32) {
+  ASSERT_TRUE(r.status.ok()) << r.status.message;
+  EXPECT_TRUE(all_finite(r.out_double())) << "out has an unwritten or non-finite element";
+  EXPECT_LE(rel_error(r.out_double(), exact.out), kOutTolerance) << "out";
+  if (!r.final_state.empty())
+    EXPECT_LE(rel_error(r.final_state.to_double(), exact.state), state_fp32 ? kStateTolerance : kOutTolerance)
+        << "final_state";
+}
+
+// GVA with H >= 2 and HV / H >= 2: a wrong head map, or A_log / dt_bias read at the q/k head, would
+// pass a comparison between backends that share head_task.h, but not this one.
+TEST_F(CpuBackend, GvaAgainstNaive) {
+  Config cfg;
+  cfg.heads = 2;
+  cfg.heads_v = 6;
+  cfg.seq_lens = {33, 0, 20};
+  cfg.head_dim_k = 64;
+  cfg.head_dim_v = 32;
+  Problem pb(cfg, rng_);
+  for (int64_t hv = 0; hv < pb.HV; ++hv) pb.A_log[size_t(hv)] = -1.0f + 0.5f * float(hv);  // distinct per head
+  const NaiveResult exact = naive_forward(pb);
+  for (Backend backend : kBackends) {
+    SCOPED_TRACE(backend_name(backend));
+    expect_close_to_naive(run(pb, backend), exact, true);
+  }
+}
+
+// sum q^2 = sum k^2 = 1e-6: the eps inside the square root halves |q_hat|^2; outside it, ~1.
+TEST_F(CpuBackend, SmallNormQueriesAndKeysPinTheEps) {
+  Config cfg;
+  cfg.seqlen = 40;
+  Problem pb(cfg, rng_);
+  const int64_t K = pb.K;
+  for (std::vector<uint16_t>* x : {&pb.q, &pb.k})
+    for (size_t row = 0; row < x->size() / size_t(K); ++row) {
+      double sum = 0.0;
+      for (int64_t c = 0; c < K; ++c) sum += std::pow(bf16_to_float((*x)[row * K + c]), 2);
+      const double f = 1e-3 / std::sqrt(sum);
+      for (int64_t c = 0; c < K; ++c) (*x)[row * K + c] = float_to_bf16(float(bf16_to_float((*x)[row * K + c]) * f));
+    }
+  const NaiveResult exact = naive_forward(pb);
+  for (Backend backend : kBackends) {
+    SCOPED_TRACE(backend_name(backend));
+    expect_close_to_naive(run(pb, backend), exact, true);
+  }
+}
+
+// initial_state bf16 and final_state fp32 (what fla passes), and the other way round.
+TEST_F(CpuBackend, StateDtypesMayDiffer) {
+  for (DType initial : {DType::kBF16, DType::kF32}) {
+    const DType final_dtype = initial == DType::kBF16 ? DType::kF32 : DType::kBF16;
+    Config cfg;
+    cfg.seq_lens = {21, 0, 40};
+    cfg.state_dtype = initial;
+    const Problem pb(cfg, rng_);
+    const NaiveResult exact = naive_forward(pb);
+    for (Backend backend : kBackends) {
+      SCOPED_TRACE(std::string(backend_name(backend)) + " initial " + dtype_name(initial));
+      Result r = poisoned_result(pb);
+      r.final_state = StateBuffer(final_dtype, size_t(pb.state_count()));
+      FwdParams p = params_for(pb, backend, r);
+      p.final_state_dtype = final_dtype;
+      r.status = fwd(p);
+      expect_close_to_naive(r, exact, final_dtype == DType::kF32);
+      // The empty sequence converts its initial state (exactly, when widening).
+      const size_t per_seq = size_t(pb.HV * pb.V * pb.K);
+      if (final_dtype == DType::kF32) {
+        for (size_t i = per_seq; i < 2 * per_seq; ++i) ASSERT_EQ(r.final_state.at(i), pb.initial_state.at(i));
+      }
+    }
+  }
+}
+
+// cu_seqlens is read once: another thread rewriting it during the call can only make the call run on
+// a valid copy or reject an invalid one, never read or write out of bounds (ASan watches). The
+// rewriting races with the call's one copy on purpose: that is the attack.
+TEST_F(CpuBackend, CuSeqlensRewrittenDuringTheCall) {
+  Config cfg;
+  cfg.seq_lens = {30, 2, 32};
+  const Problem pb(cfg, rng_);
+  std::vector<int64_t> cu = pb.cu64;
+  std::atomic<bool> stop{false};
+  std::thread hostile([&] {
+    volatile int64_t* entry = cu.data() + 1;
+    for (int64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) *entry = i % 2 ? int64_t(1) << 40 : 30;
+  });
+  int ok = 0, rejected = 0;
+  for (int call = 0; call < 40; ++call) {
+    Result r = poisoned_result(pb);
+    FwdParams p = params_for(pb, Backend::kCpu, r);
+    p.cu_seqlens = cu.data();
+    const Status s = fwd(p);
+    if (s.ok()) {
+      ++ok;
+    } else {
+      EXPECT_EQ(s.message.rfind("cu_seqlens:", 0), 0u) << s.message;
+      ++rejected;
+    }
+  }
+  stop = true;
+  hostile.join();
+  EXPECT_EQ(ok + rejected, 40);
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ constexpr Backend kBackends[] = {Backend::kCpu, Backend::kCpuReference};
 
 const char* backend_name(Backend b) { return b == Backend::kCpu ? "kCpu" : "kCpuReference"; }
 
-// As test_cpu_backend.cpp: the fp32 CPU paths land far inside SPEC.md's tolerances and are held to
+// As test_cpu_backend.cpp: the fp32 CPU paths land far inside docs/spec.md's tolerances and are held to
 // these tighter bounds too.
 constexpr double kCpuOutBound = 1e-3;
 constexpr double kCpuStateBound = 1e-4;
@@ -59,8 +59,8 @@ bool slot_bytes_equal(const StateBuffer& a, const StateBuffer& b, int64_t slot, 
 }
 
 // Every slot outside `written` holds the same bytes as before the call.
-void expect_untouched_except(const StateBuffer& after, const StateBuffer& before,
-                             const std::set<int64_t>& written, int64_t P, int64_t per_slot) {
+void expect_untouched_except(const StateBuffer& after, const StateBuffer& before, const std::set<int64_t>& written,
+                             int64_t P, int64_t per_slot) {
   for (int64_t s = 0; s < P; ++s)
     if (!written.count(s)) {
       EXPECT_TRUE(slot_bytes_equal(after, before, s, per_slot)) << "slot " << s << " was modified";
@@ -78,8 +78,7 @@ std::vector<int32_t> distinct_slots(int64_t count, int64_t P, std::mt19937_64& r
 
 // Decode parameters for the problem's inputs (contiguous, strides filled), the pool and its indices.
 DecodeParams decode_params(const Problem& pb, Backend backend, void* out, StateBuffer& pool, int64_t P,
-                           const int32_t* indices, int64_t slots_per_seq = 1,
-                           const int32_t* accepted = nullptr) {
+                           const int32_t* indices, int64_t slots_per_seq = 1, const int32_t* accepted = nullptr) {
   DecodeParams d;
   d.batch = pb.cfg.batch;
   d.seqlen = pb.T;
@@ -105,8 +104,7 @@ DecodeParams decode_params(const Problem& pb, Backend backend, void* out, StateB
   d.num_accepted_tokens = accepted;
   if (!pb.cfg.seq_lens.empty()) {
     d.cu_seqlens_dtype = pb.cfg.cu_seqlens_dtype;
-    d.cu_seqlens =
-        pb.cfg.cu_seqlens_dtype == DType::kI32 ? static_cast<const void*>(pb.cu32.data()) : pb.cu64.data();
+    d.cu_seqlens = pb.cfg.cu_seqlens_dtype == DType::kI32 ? static_cast<const void*>(pb.cu32.data()) : pb.cu64.data();
     d.num_seqs = pb.N;
   }
   d.backend = backend;
@@ -120,11 +118,11 @@ std::vector<double> bf16_to_double(const std::vector<uint16_t>& x) {
   return r;
 }
 
-// `got` against `ref` within SPEC.md's tolerance and, when `ref` has been rounded to the same dtype
+// `got` against `ref` within docs/spec.md's tolerance and, when `ref` has been rounded to the same dtype
 // (a result of the reference backend), within the CPU bound as well: against unrounded float64 the
 // bf16 rounding of out alone is ~1.1e-3.
-void expect_close(const std::vector<double>& got, const std::vector<double>& ref, bool is_state,
-                  const char* what, bool ref_rounded = true, DType state_dtype = DType::kF32) {
+void expect_close(const std::vector<double>& got, const std::vector<double>& ref, bool is_state, const char* what,
+                  bool ref_rounded = true, DType state_dtype = DType::kF32) {
   ASSERT_EQ(got.size(), ref.size()) << what;
   EXPECT_TRUE(all_finite(got)) << what << " has an unwritten or non-finite element";
   const double rel = rel_error(got, ref);
@@ -289,8 +287,7 @@ TEST_F(Decode, PaddingSequencesWriteNothing) {
       copy_slot(pb.initial_state, 0, pool0, 6, per);
       copy_slot(pb.initial_state, 2, pool0, 2, per);
       for (Backend backend : kBackends) {
-        SCOPED_TRACE(std::string(backend_name(backend)) + " " + dtype_name(dtype) +
-                     (prefill ? " fwd" : " decode"));
+        SCOPED_TRACE(std::string(backend_name(backend)) + " " + dtype_name(dtype) + (prefill ? " fwd" : " decode"));
         StateBuffer pool = pool0;
         std::vector<uint16_t> out(size_t(pb.out_count()), kPoisonBf16);
         Status s;
@@ -308,8 +305,7 @@ TEST_F(Decode, PaddingSequencesWriteNothing) {
           EXPECT_TRUE(std::all_of(out.begin() + n * row, out.begin() + (n + 1) * row,
                                   [](uint16_t x) { return x == kPoisonBf16; }))
               << "out rows of padding sequence " << n << " were written";
-        for (int64_t n : {0, 2})
-          EXPECT_TRUE(all_finite(bf16_to_double(rows(out, n, 1, row)))) << "sequence " << n;
+        for (int64_t n : {0, 2}) EXPECT_TRUE(all_finite(bf16_to_double(rows(out, n, 1, row)))) << "sequence " << n;
         EXPECT_TRUE(all_finite(slot_values(pool, 6, per)) && all_finite(slot_values(pool, 2, per)));
         expect_untouched_except(pool, pool0, {6, 2}, P, per);
       }
@@ -394,8 +390,8 @@ TEST_F(Decode, SpeculativeIndicesAgainstNaiveFloat64) {
       const int64_t out_row = T * pb.HV * pb.V;
 
       for (Backend backend : kBackends) {
-        SCOPED_TRACE(std::string(backend_name(backend)) + " " + dtype_name(dtype) + " T=" +
-                     std::to_string(T) + " S=" + std::to_string(S) + " stride=" + std::to_string(sc.stride));
+        SCOPED_TRACE(std::string(backend_name(backend)) + " " + dtype_name(dtype) + " T=" + std::to_string(T) +
+                     " S=" + std::to_string(S) + " stride=" + std::to_string(sc.stride));
         StateBuffer pool = pool0;
         std::vector<uint16_t> out(size_t(pb.out_count()), kPoisonBf16);
         DecodeParams d = decode_params(pb, backend, out.data(), pool, P, indices.data(), S, accepted.data());
@@ -519,8 +515,7 @@ TEST_F(Decode, HasInitialStateStartsFromZeros) {
       s = fwd(q);
       ASSERT_TRUE(s.ok()) << s.message;
       expect_close(r.out_double(), ref.out_double(), false, "out (no pool)");
-      expect_close(r.final_state.to_double(), ref.final_state.to_double(), true, "final_state (no pool)", true,
-                   dtype);
+      expect_close(r.final_state.to_double(), ref.final_state.to_double(), true, "final_state (no pool)", true, dtype);
     }
   }
 }
@@ -669,8 +664,7 @@ std::vector<BadCase<DecodeParams>> bad_decode_cases() {
       {"IndicesNull", kInvalid, "state_indices", [](P& p) { p.state_indices = nullptr; }},
       {"IndicesMisaligned", kInvalid, "state_indices",
        [](P& p) {
-         p.state_indices =
-             reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(p.state_indices) + 2);
+         p.state_indices = reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(p.state_indices) + 2);
        }},
       {"SlotsPerSeqZero", kInvalid, "state_indices", [](P& p) { p.slots_per_seq = 0; }},
       {"SlotsPerSeqNine", kInvalid, "state_indices", [](P& p) { p.slots_per_seq = 9; }},
@@ -693,6 +687,9 @@ std::vector<BadCase<DecodeParams>> bad_decode_cases() {
       {"PoolEmpty", kInvalid, "state_indices", [](P& p) { p.pool_size = 0; }},
       {"SlotSharedBySequences", kInvalid, "state_indices",
        [i = owned({0, 1, 2, 0, 4, 5, 6, 7, 8})](P& p) { p.state_indices = i->data(); }},
+      {"IndicesInsideOut", kInvalid, "out",
+       [](P& p) { p.state_indices = static_cast<const int32_t*>(static_cast<const void*>(p.out)); }},
+      {"PoolIsQ", kInvalid, "state", [](P& p) { p.state = const_cast<void*>(p.q); }},
       {"ReadSlotWrittenByAnother", kInvalid, "state_indices",
        // Sequence 2 reads column 1 (accepted 2), which sequence 0 writes after its second token.
        [i = owned({0, 1, 2, 3, 4, 5, 6, 1, 8})](P& p) { p.state_indices = i->data(); }},
@@ -712,15 +709,13 @@ std::vector<BadCase<FwdParams>> bad_prefill_cases() {
       {"PoolSizeNegative", kInvalid, "pool_size", [](P& p) { p.pool_size = -2; }},
       {"IndicesMisaligned", kInvalid, "state_indices",
        [](P& p) {
-         p.state_indices =
-             reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(p.state_indices) + 1);
+         p.state_indices = reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(p.state_indices) + 1);
        }},
-      {"SlotOutsidePool", kInvalid, "state_indices",
-       [i = owned({4, 12, 1})](P& p) { p.state_indices = i->data(); }},
-      {"SlotShared", kInvalid, "state_indices",
-       [i = owned({4, 9, 4})](P& p) { p.state_indices = i->data(); }},
-      {"HasInitialWithoutInitialState", kInvalid, "has_initial_state",
-       [](P& p) { p.initial_state = nullptr; }},
+      {"SlotOutsidePool", kInvalid, "state_indices", [i = owned({4, 12, 1})](P& p) { p.state_indices = i->data(); }},
+      {"SlotShared", kInvalid, "state_indices", [i = owned({4, 9, 4})](P& p) { p.state_indices = i->data(); }},
+      {"HasInitialWithoutInitialState", kInvalid, "has_initial_state", [](P& p) { p.initial_state = nullptr; }},
+      {"PoolHoldsIndices", kInvalid, "final_state",
+       [](P& p) { p.state_indices = static_cast<const int32_t*>(static_cast<const void*>(p.final_state)); }},
       {"PoolsPartlyOverlap", kInvalid, "final_state",
        // Two pools of 12 slots, 11 slots apart: they overlap although their first slots differ.
        [](P& p) { p.final_state = static_cast<float*>(p.final_state) + 1 * 2 * 16 * 32; }},
@@ -810,8 +805,7 @@ TEST_F(Decode, CudaValidationIsHostSideOnly) {
   std::vector<uint16_t> out(size_t(pb.out_count()));
   std::vector<int32_t> shared = {0, 1, 2, 0, 1, 2, 99, 99, 99};
   StateBuffer pool(DType::kF32, size_t(f.P * slot_elems(pb)));
-  DecodeParams d =
-      decode_params(pb, Backend::kCuda, out.data(), pool, f.P, shared.data(), 3, f.accepted.data());
+  DecodeParams d = decode_params(pb, Backend::kCuda, out.data(), pool, f.P, shared.data(), 3, f.accepted.data());
   Status s = validate(d);
   EXPECT_TRUE(s.ok()) << s.message;
   DecodeParams bad = d;

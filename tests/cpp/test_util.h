@@ -18,7 +18,7 @@
 
 namespace flash_kda::test {
 
-// SPEC.md tolerances (the "must" column).
+// docs/spec.md tolerances (the "must" column).
 constexpr double kOutTolerance = 4e-3;
 constexpr double kStateTolerance = 3e-3;
 
@@ -46,8 +46,7 @@ class SeededTest : public ::testing::Test {
   SeededTest() : seed_(fresh_seed()), rng_(seed_), trace_(__FILE__, __LINE__, seed_message()) {}
 
   std::string seed_message() const {
-    return "random seed " + std::to_string(seed_) + " (replay: FLASH_KDA_TEST_SEED=" + std::to_string(seed_) +
-           ")";
+    return "random seed " + std::to_string(seed_) + " (replay: FLASH_KDA_TEST_SEED=" + std::to_string(seed_) + ")";
   }
 
   uint64_t seed_;
@@ -69,9 +68,7 @@ struct StateBuffer {
   bool empty() const { return f32.empty() && bf16.empty(); }
   size_t size() const { return dtype == DType::kF32 ? f32.size() : bf16.size(); }
   void* data() { return dtype == DType::kF32 ? static_cast<void*>(f32.data()) : bf16.data(); }
-  const void* data() const {
-    return dtype == DType::kF32 ? static_cast<const void*>(f32.data()) : bf16.data();
-  }
+  const void* data() const { return dtype == DType::kF32 ? static_cast<const void*>(f32.data()) : bf16.data(); }
   size_t bytes() const { return f32.size() * sizeof(float) + bf16.size() * sizeof(uint16_t); }
   double at(size_t i) const { return dtype == DType::kF32 ? f32[i] : bf16_to_float(bf16[i]); }
   std::vector<double> to_double() const {
@@ -201,8 +198,7 @@ struct Problem {
     p.state_dtype = cfg.state_dtype;
     if (!cfg.seq_lens.empty()) {
       p.cu_seqlens_dtype = cfg.cu_seqlens_dtype;
-      p.cu_seqlens =
-          cfg.cu_seqlens_dtype == DType::kI32 ? static_cast<const void*>(cu32.data()) : cu64.data();
+      p.cu_seqlens = cfg.cu_seqlens_dtype == DType::kI32 ? static_cast<const void*>(cu32.data()) : cu64.data();
       p.num_seqs = N;
     }
     p.backend = backend;
@@ -294,7 +290,7 @@ inline double rel_error(const std::vector<double>& x, const std::vector<double>&
   return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
-// The recurrence of SPEC.md in float64, coded from the equations over the problem's contiguous
+// The recurrence of docs/spec.md in float64, coded from the equations over the problem's contiguous
 // arrays without any code of src/cpu: an independent check of the reference backend's indexing.
 struct NaiveResult {
   std::vector<double> out;           // [B, T, HV, V]
@@ -333,8 +329,7 @@ inline NaiveResult naive_forward(const Problem& pb, bool keep_token_states = fal
           q_hat.push_back(q(c) / q_norm);
           k_hat.push_back(k(c) / k_norm);
           const double rate = std::exp(double(pb.A_log[size_t(hv)]));
-          alpha.push_back(
-              std::exp(pb.cfg.lower_bound * sigmoid(rate * (g(c) + pb.dt_bias[size_t(hv * K + c)]))));
+          alpha.push_back(std::exp(pb.cfg.lower_bound * sigmoid(rate * (g(c) + pb.dt_bias[size_t(hv * K + c)]))));
         }
         const double beta = sigmoid(double(bf16_to_float(pb.beta[size_t(token * HV + hv)])));
         for (int64_t r = 0; r < V; ++r)

@@ -134,20 +134,15 @@ std::vector<BadCase> bad_cases() {
     std::function<ActStrides&(FwdParams&)> strides;
   };
   const Act acts[] = {
-      {"q", [](FwdParams& p) -> const void*& { return p.q; },
-       [](FwdParams& p) -> ActStrides& { return p.q_strides; }},
-      {"k", [](FwdParams& p) -> const void*& { return p.k; },
-       [](FwdParams& p) -> ActStrides& { return p.k_strides; }},
-      {"v", [](FwdParams& p) -> const void*& { return p.v; },
-       [](FwdParams& p) -> ActStrides& { return p.v_strides; }},
-      {"g", [](FwdParams& p) -> const void*& { return p.g; },
-       [](FwdParams& p) -> ActStrides& { return p.g_strides; }},
+      {"q", [](FwdParams& p) -> const void*& { return p.q; }, [](FwdParams& p) -> ActStrides& { return p.q_strides; }},
+      {"k", [](FwdParams& p) -> const void*& { return p.k; }, [](FwdParams& p) -> ActStrides& { return p.k_strides; }},
+      {"v", [](FwdParams& p) -> const void*& { return p.v; }, [](FwdParams& p) -> ActStrides& { return p.v_strides; }},
+      {"g", [](FwdParams& p) -> const void*& { return p.g; }, [](FwdParams& p) -> ActStrides& { return p.g_strides; }},
       {"beta", [](FwdParams& p) -> const void*& { return p.beta; },
        [](FwdParams& p) -> ActStrides& { return p.beta_strides; }},
   };
   for (const Act& a : acts) {
-    cases.push_back(
-        {std::string("Null_") + a.name, kInvalid, a.name, [a](FwdParams& p) { a.ptr(p) = nullptr; }});
+    cases.push_back({std::string("Null_") + a.name, kInvalid, a.name, [a](FwdParams& p) { a.ptr(p) = nullptr; }});
     cases.push_back({std::string("NegativeStride_") + a.name, kInvalid, a.name, [a](FwdParams& p) {
                        fill_contiguous_strides(p);
                        a.strides(p).token = -a.strides(p).token;
@@ -168,6 +163,23 @@ std::vector<BadCase> bad_cases() {
   add_cu("CuSeqlensShort", {0, 5, 15});
   add_cu("CuSeqlensLong", {0, 5, 17});
   add_cu("CuSeqlensNegative", {0, -1, 16});
+  // Aliasing (docs/spec.md): no written buffer may share a byte with another argument.
+  cases.push_back({"OutIsQ", kInvalid, "out", [](FwdParams& p) { p.out = const_cast<void*>(p.q); }});
+  cases.push_back({"OutHoldsDtBias", kInvalid, "out",
+                   [](FwdParams& p) { p.dt_bias = static_cast<const float*>(static_cast<const void*>(p.out)); }});
+  cases.push_back({"FinalStateOverlapsOut", kInvalid, "final_state", [](FwdParams& p) { p.final_state = p.out; }});
+  cases.push_back({"FinalStateIsDtBias", kInvalid, "final_state",
+                   [](FwdParams& p) { p.final_state = const_cast<float*>(p.dt_bias); }});
+  // Index arrays are read at their natural alignment.
+  auto misaligned = std::make_shared<std::vector<int64_t>>(8, 0);
+  cases.push_back({"CuSeqlensMisaligned", kInvalid, "cu_seqlens", [misaligned](FwdParams& p) {
+                     p.cu_seqlens = reinterpret_cast<const char*>(misaligned->data()) + 4;
+                   }});
+  // A final state of another dtype than the initial one is fine, but not for the same buffer.
+  cases.push_back({"SameStateTwoDtypes", kType, "final_state", [](FwdParams& p) {
+                     p.initial_state = p.final_state;
+                     p.final_state_dtype = DType::kBF16;
+                   }});
   return cases;
 }
 

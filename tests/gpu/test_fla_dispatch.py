@@ -15,7 +15,7 @@ calls of a wrapper proves which path ran. fla logs "[FLA Backend] ... -> flash_k
 once per process; test_dispatch_log checks it in a fresh process.
 
 Accuracy is judged against the float64 recurrence (flash_kda.reference on host copies of the same
-inputs) with SPEC.md's limits; fla's Triton path itself is about 4e-3 off, so it is held to 1e-2.
+inputs) with docs/spec.md's limits; fla's Triton path itself is about 4e-3 off, so it is held to 1e-2.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ if not (torch.cuda.is_available() and flash_kda.cuda_available()):
                 allow_module_level=True)
 fla_kda = pytest.importorskip("fla.ops.kda", reason="fla (flash-linear-attention) is not importable")
 
-OUT_LIMIT, STATE_LIMIT = 4e-3, 3e-3  # SPEC.md, fp32 state
+OUT_LIMIT, STATE_LIMIT = 4e-3, 3e-3  # docs/spec.md, fp32 state
 FLA_LIMIT = 1e-2  # fla's Triton chunk_kda against float64 (measured ~4e-3) and against flash-kda
-LENS = [300, 17, 700, 1]  # SPEC.md's reference case
+LENS = [300, 17, 700, 1]  # docs/spec.md's reference case
 H, K = 4, 128
 
 

@@ -1,4 +1,4 @@
-"""flash_kda.decode on the CPU backends: equals flash_kda.fwd over the same tokens (SPEC.md
+"""flash_kda.decode on the CPU backends: equals flash_kda.fwd over the same tokens (docs/spec.md
 tolerances), touches only the slots and out rows it should, and rejects bad calls before writing."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""flash_kda.fwd on NumPy arrays against the float64 recurrence (SPEC.md tolerances)."""
+"""flash_kda.fwd on NumPy arrays against the float64 recurrence (docs/spec.md tolerances)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _check_against_reference(x, backend=None):
     if x["final_state"] is not None:
         assert_written("final_state", x["final_state"])
         assert rel(x["final_state"], ref["final_state"]) <= state_limit(x["final_state"].dtype)
-    # ... and against the unrounded float64 NumPy recurrence, which is what SPEC.md measures.
+    # ... and against the unrounded float64 NumPy recurrence, which is what docs/spec.md measures.
     out64, state64 = reference_numpy(x)
     assert rel(x["out"], out64) <= OUT_LIMIT
     if x["final_state"] is not None:
@@ -158,7 +158,7 @@ def test_poisoned_outputs_are_overwritten(rng):
 
 
 def test_batch_invariance(rng):
-    """A sequence gives the same bits alone as packed with others (SPEC.md)."""
+    """A sequence gives the same bits alone as packed with others (docs/spec.md)."""
     x = make_problem(rng, B=1, T=60 + 100 + 3, H=2, state="fp32", cu_seqlens=[60, 100, 3])
     call(x)
     alone = make_problem(rng, B=1, T=100, H=2, state="fp32")

@@ -331,8 +331,6 @@ POOL_ERRORS = [
      "final_state"),
     ("pool-transposed", lambda x: {"initial_state": np.full((6, HV, V, K), 2.0, np.float32).swapaxes(2, 3),
                                    "final_state": None}, ValueError, "initial_state"),
-    ("pool-dtype-mismatch", lambda x: {"final_state": np.full((6, HV, V, K), 2.0, BF16)}, TypeError,
-     "final_state"),
     ("slot-out-of-range", lambda x: {"state_indices": np.array([4, -1, 6], np.int32)}, ValueError,
      "state_indices"),
     ("slot-far-out-of-range", lambda x: {"state_indices": np.array([2**31 - 1, 0, 1], np.int32)},

@@ -1,0 +1,58 @@
+"""The KDA recurrence of docs/spec.md in float64 NumPy, written from the equations for the tests:
+it shares no code with src/ (nor with flash_kda.reference), so a mistake in the compiled code's
+head mapping (GVA), gate parameters, state slots or normalisation cannot hide in both."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def f64(x):
+    """Any array (NumPy, ml_dtypes bf16, torch) as a float64 NumPy array."""
+    if hasattr(x, "detach"):
+        import torch
+
+        x = x.detach().to("cpu", torch.float64).numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
+def spans_of(B, T, cu_seqlens=None):
+    """(row, begin, end) of each sequence."""
+    if cu_seqlens is None:
+        return [(b, 0, T) for b in range(B)]
+    cu = [int(c) for c in f64(cu_seqlens)]
+    return [(0, cu[n], cu[n + 1]) for n in range(len(cu) - 1)]
+
+
+def recurrence(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial=None, cu_seqlens=None):
+    """(out [B, T, HV, V], final [N, HV, V, K]) of the recurrence; `initial` [N, HV, V, K] or None.
+    Value head hv reads q/k head hv // (HV // H) (docs/spec.md, GVA)."""
+    q, k, v, g, beta = (f64(x) for x in (q, k, v, g, beta))
+    A_log, dt_bias = f64(A_log), f64(dt_bias)
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    dt_bias = dt_bias.reshape(HV, K)
+    spans = spans_of(B, T, cu_seqlens)
+    out = np.zeros((B, T, HV, V))
+    final = np.zeros((len(spans), HV, V, K))
+    for n, (row, begin, end) in enumerate(spans):
+        for hv in range(HV):
+            h = hv // (HV // H)
+            S = np.zeros((V, K)) if initial is None else f64(initial)[n, hv].copy()
+            for t in range(begin, end):
+                q_hat = q[row, t, h] / np.sqrt(np.dot(q[row, t, h], q[row, t, h]) + 1e-6)
+                k_hat = k[row, t, h] / np.sqrt(np.dot(k[row, t, h], k[row, t, h]) + 1e-6)
+                z = np.exp(A_log[hv]) * (g[row, t, hv] + dt_bias[hv])
+                a = lower_bound / (1.0 + np.exp(-z))
+                b = 1.0 / (1.0 + np.exp(-beta[row, t, hv]))
+                S = S * np.exp(a)[None, :]
+                S = S + b * np.outer(v[row, t, hv] - S @ k_hat, k_hat)
+                out[row, t, hv] = scale * (S @ q_hat)
+            final[n, hv] = S
+    return out, final
+
+
+def rel(x, ref):
+    x, ref = f64(x), f64(ref)
+    norm = np.linalg.norm(ref)
+    return float(np.linalg.norm(x - ref) / norm) if norm > 0 else float(np.linalg.norm(x))

@@ -227,11 +227,10 @@ Status fwd(const FwdParams& p, cudaStream_t stream) {
   a.group = static_cast<int>(HV / p.heads);
   a.scale = p.scale;
   a.lower_bound_log2 = p.lower_bound * 1.4426950408889634f;
-  // p is normalised: initial_state_dtype / final_state_dtype are resolved.
-  if (p.initial_state && p.final_state && p.initial_state_dtype != p.final_state_dtype)
-    return {StatusCode::kUnsupported,
-            "final_state: a dtype different from initial_state's is not supported by the CUDA backend yet"};
-  a.state_fp32 = (p.initial_state ? p.initial_state_dtype : p.final_state_dtype) == DType::kF32;
+  // p is normalised: initial_state_dtype / final_state_dtype are resolved (they may differ: the
+  // state is loaded in one dtype and stored in the other).
+  a.initial_fp32 = p.initial_state_dtype == DType::kF32;
+  a.final_fp32 = p.final_state_dtype == DType::kF32;
   a.cu_seqlens_i64 = p.cu_seqlens_dtype == DType::kI64;
 
   const HostPlan h = make_plan(p, sm_count);

@@ -46,7 +46,8 @@ __device__ __forceinline__ RowsIO whole_sequence_rows(const KdaFwdArgs& a, const
   io.init = (a.initial_state != nullptr && !w.zero_init) ? a.initial_state : nullptr;
   io.dst = a.final_state;
   io.init_offset = io.dst_offset = state_row_offset(w.slot, a.heads_v, w.hv, io.row0);
-  io.init_fp32 = io.dst_fp32 = a.state_fp32;
+  io.init_fp32 = a.initial_fp32;
+  io.dst_fp32 = a.final_fp32;
   io.chunk0 = 0;
   io.nchunks = int((w.len + KdaDims::kChunk - 1) / KdaDims::kChunk);
   io.identity = false;

@@ -42,7 +42,7 @@ struct KdaFwdArgs {
   int slices;          // 128 / kVRows: CTAs per (sequence, head)
   float scale;
   float lower_bound_log2;  // lower_bound * log2(e): gates are kept in base 2
-  bool state_fp32;
+  bool initial_fp32, final_fp32;  // state dtypes (they may differ; docs/spec.md)
   bool cu_seqlens_i64;
 };
 

@@ -75,7 +75,7 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
   const int64_t own = state_row_offset(w.slot, a.heads_v, w.hv, io.row0);
   auto to_final = [&] {
     io.dst = a.final_state;
-    io.dst_fp32 = a.state_fp32;
+    io.dst_fp32 = a.final_fp32;
     io.dst_offset = own;
   };
   auto segment_rows = [&](float* buf, int64_t e, void*& ptr, int64_t& offset, bool& fp32) {
@@ -87,7 +87,7 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
     io.chunk0 = 0;
     io.nchunks = int(segs == 1 ? nc : L);
     io.init = (a.initial_state != nullptr && !w.zero_init) ? a.initial_state : nullptr;
-    io.init_fp32 = a.state_fp32;
+    io.init_fp32 = a.initial_fp32;
     io.init_offset = own;
     if (segs == 1) {
       to_final();

@@ -23,8 +23,7 @@ import flash_kda
 from . import cases as C
 from .timing import Progress
 
-SCALE = C.K ** -0.5
-LOWER_BOUND = -5.0
+SCALE, LOWER_BOUND = C.SCALE, C.LOWER_BOUND
 LIMITS = dict(out=4e-3, state=3e-3, out_goal=3e-3, state_goal=2e-3)  # SPEC.md, fp32 state
 
 

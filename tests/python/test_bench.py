@@ -315,6 +315,10 @@ def test_markdown_of_a_gpu_shaped_run():
         assert f"(bench/results/h200/{png})" in text
     for outside in ("BENCH.md", "SPEC.md", "GPU.md"):  # the report names no file outside the repository
         assert outside not in text
+    # a CUDA run where FlashKDA could not be imported says why, and how to time it
+    results = _synthetic_gpu_results()
+    results["speed"]["flashkda"] = dict(timed=False, why="ModuleNotFoundError: No module named 'flash_kda_C'")
+    assert "FlashKDA not timed (ModuleNotFoundError" in report.md_speed(results["speed"])
 
 
 def test_older_results_files_still_render(tmp_path):

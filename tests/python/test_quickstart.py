@@ -116,3 +116,37 @@ def test_quickstart_runs_as_written(tmp_path):
     installed = home / ".local"
     assert (installed / "include" / "flash_kda" / "bf16.h").exists()
     assert list(installed.glob("lib*/cmake/flash_kda/flash_kdaConfig.cmake"))
+
+
+def _configure(source, build, *defines):
+    return subprocess.run(["cmake", "-S", str(source), "-B", str(build), "-DFLASH_KDA_ENABLE_CUDA=OFF", *defines],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_inside_another_project_no_googletest_is_needed(tmp_path):
+    """add_subdirectory(flash-kda) builds the library alone: tests, tools and examples default to
+    OFF, so a consumer without GoogleTest configures."""
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake is not installed")
+    consumer = tmp_path / "engine"
+    consumer.mkdir()
+    (consumer / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.24)\nproject(engine LANGUAGES CXX)\n"
+        f'add_subdirectory("{ROOT}" flash-kda)\n'
+        "add_executable(engine main.cpp)\ntarget_link_libraries(engine PRIVATE flash_kda::flash_kda)\n")
+    (consumer / "main.cpp").write_text("#include <flash_kda/flash_kda.h>\nint main() { return 0; }\n")
+    r = _configure(consumer, tmp_path / "build", "-DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON")
+    assert r.returncode == 0, r.stdout + r.stderr
+    cache = (tmp_path / "build" / "CMakeCache.txt").read_text()
+    for option in ("FLASH_KDA_BUILD_TESTS", "FLASH_KDA_BUILD_TOOLS", "FLASH_KDA_BUILD_EXAMPLES"):
+        assert re.search(rf"^{option}:BOOL=OFF$", cache, re.M), option
+
+
+def test_missing_googletest_is_a_clear_error(tmp_path):
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake is not installed")
+    r = _configure(ROOT, tmp_path / "build", "-DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON")
+    assert r.returncode != 0
+    assert "GoogleTest was not found" in r.stderr and "-DFLASH_KDA_BUILD_TESTS=OFF" in r.stderr
+    r = _configure(ROOT, tmp_path / "build2", "-DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON", "-DFLASH_KDA_BUILD_TESTS=OFF")
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -297,6 +297,10 @@ def md_speed(part):
         if any(key == "fla" for _, key in others):
             note += (" fla = flash-linear-attention's Triton `chunk_kda`, called eagerly as users call it "
                      "(FLA_FLASH_KDA=0, safe gate, lower_bound −5, fp32 state).")
+        fk_info = part.get("flashkda") or {}
+        if fk_info.get("timed") is False:
+            note += (f" FlashKDA not timed ({fk_info.get('why')}): its extension `flash_kda_C` must be importable "
+                     "(e.g. its folder on PYTHONPATH).")
         note += " “X ÷ flash-kda” > 1: flash-kda is faster. “out vs X”: relative L2 difference of the outputs."
         for n in published:
             note += f" {n} (published): {PUBLISHED.get(n, 'a published figure, not measured here')}."

@@ -293,7 +293,8 @@ def md_speed(part):
         if any(key == "flashkda" for _, key in others):
             how = sorted({r.get("flashkda_timing", "") for r in rows if "flashkda_ms" in r} - {""})
             note += (" FlashKDA = MoonshotAI's FlashKDA (its extension `flash_kda_C`), on the same inputs with "
-                     "fp32 states, " + ("; ".join(how) if how else "timed the same way") + ".")
+                     "fp32 states (which it rounds to bf16 inside), " + ("; ".join(how) if how else "timed the same way")
+                     + ".")
         if any(key == "fla" for _, key in others):
             note += (" fla = flash-linear-attention's Triton `chunk_kda`, called eagerly as users call it "
                      "(FLA_FLASH_KDA=0, safe gate, lower_bound −5, fp32 state).")

@@ -1,37 +1,42 @@
 #!/usr/bin/env bash
-# The full benchmark on one H200 (about 10 minutes, or two calls with PARTS below), from the
-# repository root:
-#   1. fla's wheels (.whl/, carried: git-ignored) into /tmp/site, then `pip install .` (builds the
-#      CUDA kernels and the binding for the machine's Python);
-#   2. python -m flash_kda.bench all: the prefill speed suite of BENCH.md (copy floor in the same
-#      run; fla's Triton chunk_kda on FLA_CASES), the accuracy suite against float64 (flash-kda and
-#      fla), and the end-to-end fla KDA layer stacks (Kimi-Linear-like, Kimi-K3-like; 8K and 32K
-#      tokens), in one process so that fla autotunes each H once;
+# The full benchmark of BENCHMARK_H200.md on one GPU (H200 or H100), from the repository root:
+#   1. pip install . (builds the CUDA kernels and the binding for this machine's Python);
+#   2. python -m flash_kda.bench all, in one process so that fla autotunes each head count once:
+#      the prefill speed suite (prefill cases and serving shapes; the copy floor, fla's Triton
+#      chunk_kda and FlashKDA timed in the same run on the same inputs where they are importable),
+#      the accuracy suite against float64 (flash-kda and fla), and the end-to-end fla KDA layer
+#      stacks (Kimi-Linear-like, Kimi-K3-like; 8K and 32K tokens);
 #   3. the report: OUT/bench.json, OUT/BENCHMARK_H200.md, OUT/{speed,floor_ratio,accuracy,e2e}.png
-#      and OUT/run.log (7 files).
-# Then, on the development machine (files_at = where the device tool put OUT's files):
-#   mkdir -p bench/results/h200 && cp files_at/{bench.json,*.png} bench/results/h200/ &&
-#   cp files_at/BENCHMARK_H200.md . && cp files_at/run.log bench/results/h200/
-# BENCHMARK_H200.md can be regenerated from the committed JSON at any time (no GPU needed):
+#      and OUT/run.log.
+#
+# Needs an sm_90 GPU, the CUDA toolkit and torch with CUDA; for the fla columns and the end-to-end
+# part flash-linear-attention (`pip install flash-linear-attention`); for the FlashKDA columns
+# FlashKDA's extension module flash_kda_C importable (e.g. its folder on PYTHONPATH). With fla, the
+# whole run takes about 20 minutes, most of it fla's autotuning (1-2 minutes per head count).
+#
+# Usage:   bash bench/run_h200.sh
+# Then, to update the repository's copy of the results:
+#   cp OUT/bench.json OUT/*.png OUT/run.log bench/results/h200/ && cp OUT/BENCHMARK_H200.md .
+# BENCHMARK_H200.md can be regenerated from the JSON at any time (no GPU needed):
 #   python -m flash_kda.bench report bench/results/h200/bench.json --md BENCHMARK_H200.md \
 #     --plots bench/results/h200 --title "flash-kda on an H200" --preamble bench/h200_preamble.md
 #
-# Usage (device tool: carry [".whl"]):
-#   FLASH_KDA_COMMIT=$(git rev-parse HEAD) bash bench/run_h200.sh
-# Knobs (environment): PARTS (default "speed accuracy e2e"; all three need ~10 minutes with fla's
-# autotuning, so under a 10-minute limit per call run PARTS="speed accuracy" and PARTS=e2e in two
-# calls and merge their bench.json files with `python -m flash_kda.bench report A.json B.json`),
-# OUT (default /tmp/flash_kda_h200), LIMIT (seconds for the whole script,
-# default 470: the benchmark gets what the install leaves, minus the report's time), FLA_CASES
-# (default: the cases with H = 96 and 32, the heads the end-to-end stacks use too, so fla autotunes
-# two H in all; "all" for every case, "none"), FLA_BUDGET (seconds of the speed suite after which
-# fla starts no new H, default 200), E2E_TOKENS (default "8192 32768"), REPS (default 30),
-# SKIP_INSTALL=1 (flash-kda is installed already), BENCH_ARGS (more options for the benchmark).
+# Knobs (environment):
+#   PARTS       benchmark parts (default "speed accuracy e2e"). Results of several runs merge:
+#               `python -m flash_kda.bench report A/bench.json B/bench.json --json merged.json ...`
+#   OUT         output folder (default /tmp/flash_kda_h200)
+#   FLA_CASES   the speed cases fla is timed on: "all" (default), "none", or case names
+#   REPS        timed calls per measurement (default 30)
+#   E2E_TOKENS  end-to-end prefill lengths (default "8192 32768")
+#   TIMEOUT     stop the benchmark after this many seconds and report what finished (default: none)
+#   WHEELS      a folder of wheels (e.g. fla's) to install first, for a machine without network access
+#   SKIP_INSTALL=1   flash-kda is installed already
+#   BENCH_ARGS  more options for `python -m flash_kda.bench` (e.g. "--cases serving")
+# The commit recorded is the one `pip install .` built (git, or FLASH_KDA_COMMIT at install time for
+# a source copy without .git).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/flash_kda_h200}
-LIMIT=${LIMIT:-470}
-FLA_CASES=${FLA_CASES:-fixed96 varlen6_96 v1024x8_96 fixed32 b16x2048_32 long64k_32}
 WORK=$(mktemp -d /tmp/flash_kda_bench.XXXXXX)
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -39,11 +44,9 @@ export PYTHONUNBUFFERED=1
 main() {
   SECONDS=0
   echo "== [${SECONDS}s] $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)"
-  if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl &&
-      export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-  else
-    echo "no .whl/*.whl here (carry .whl): fla will not be timed"
+  if [[ -n ${WHEELS:-} ]]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$WHEELS"/*.whl &&
+      export PYTHONPATH=$WORK/site${PYTHONPATH:+:$PYTHONPATH}
   fi
   if [[ -z ${SKIP_INSTALL:-} ]]; then
     echo "== [${SECONDS}s] pip install ."
@@ -52,13 +55,16 @@ main() {
       return 1
     fi
   fi
-  echo "== [${SECONDS}s] installed; python -m flash_kda.bench ${PARTS:-all}"
-  local left=$((LIMIT - SECONDS - 30))
+  echo "== [${SECONDS}s] python -m flash_kda.bench ${PARTS:-all}"
+  local run=(python3 -m flash_kda.bench ${PARTS:-all} --no-progress --fla ${FLA_CASES:-all}
+             --reps "${REPS:-30}" --tokens ${E2E_TOKENS:-8192 32768} --out "$WORK/run" ${BENCH_ARGS:-})
   local status=0
-  timeout --signal=TERM --kill-after=10 "$left" python3 -m flash_kda.bench ${PARTS:-all} --no-progress \
-    --fla ${FLA_CASES} --fla-budget "${FLA_BUDGET:-200}" --reps "${REPS:-30}" \
-    --tokens ${E2E_TOKENS:-8192 32768} --out "$WORK/run" ${BENCH_ARGS:-} || status=$?
-  [[ $status == 124 ]] && echo "!! the benchmark ran out of its ${left}s: the report holds what finished"
+  if [[ -n ${TIMEOUT:-} ]]; then
+    timeout --signal=TERM --kill-after=10 "$TIMEOUT" "${run[@]}" || status=$?
+    [[ $status == 124 ]] && echo "!! the benchmark ran out of its ${TIMEOUT}s: the report holds what finished"
+  else
+    "${run[@]}" || status=$?
+  fi
   echo "== [${SECONDS}s] report"
   if [[ -f $WORK/run/bench.json ]]; then
     python3 -m flash_kda.bench report "$WORK/run/bench.json" --json "$OUT/bench.json" --plots "$OUT" \

@@ -8,9 +8,20 @@
 #   3. summarises the CSV with scripts/ncu_lines.py: stall samples by role (producer, consumer,
 #      scheduler, ...) and the 25 source lines with the most samples.
 # Usage: bash scripts/profile_h200.sh [case ...]      (OUT: output folder, default /tmp/flash_kda_ncu)
-# About 1 minute per case (ncu replays the kernel once per section group).
+# Cases are those of `kda_gpu_check bench` (tools/kda_gpu_check.cu). About 1 minute per case (ncu
+# replays the kernel once per section group).
+# Needs: an sm_90 GPU (H100, H200), the CUDA toolkit (nvcc, to build kda_gpu_check), Nsight
+# Compute's `ncu` on PATH (in the toolkit's nsight-compute folder, or NVIDIA's nsight-compute
+# package) with permission to read the GPU's performance counters (root, or the driver's
+# NVreg_RestrictProfilingToAdminUsers=0), cmake, ninja and python3.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+for need in ncu nvcc cmake ninja python3; do
+  if ! command -v "$need" >/dev/null; then
+    echo "profile_h200.sh: '$need' is not on PATH (needs: ncu, nvcc, cmake, ninja, python3; see the header)" >&2
+    exit 1
+  fi
+done
 BUILD=${BUILD:-build-cuda}
 OUTDIR=${OUT:-/tmp/flash_kda_ncu}
 mkdir -p "$OUTDIR"

@@ -2,9 +2,15 @@
 
     python scripts/sass_mix.py [OBJECT] [--kernel 1|2|4|8] [--top 12]
 
-OBJECT defaults to build-cuda/CMakeFiles/flash_kda.dir/src/cuda/sm90/kda_fwd_sm90.cu.o (built with
--lineinfo, as the CMake build does). Needs cuobjdump and nvdisasm: from the CUDA toolkit, or from
-PyPI (`pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`, found in that package's bin folder).
+Needs:
+  * a CUDA build of the library (nvcc, no GPU), which compiles the kernel with -lineinfo:
+        cmake -S . -B build-cuda -G Ninja -DFLASH_KDA_BUILD_TESTS=OFF
+        cmake --build build-cuda --target flash_kda
+    OBJECT is its kda_fwd_sm90.cu.o; by default the newest one under build*/ (build-cuda/, the
+    build/test/ of scripts/test.sh, a pip build folder);
+  * cuobjdump and nvdisasm: from the CUDA toolkit (on PATH, or in $CUDA_HOME/bin or
+    /usr/local/cuda/bin), or from PyPI: `pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`
+    (they land in site-packages/nvidia/cu*/bin, where this script looks too).
 
 Every SASS instruction of the chosen instantiation (consumer warps per CTA) is attributed, through
 nvdisasm's inlining information, to the innermost function of the kernel's own sources that is not
@@ -25,9 +31,10 @@ import sys
 import sysconfig
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_OBJ = os.path.join(HERE, "..", "build-cuda", "CMakeFiles", "flash_kda.dir", "src", "cuda", "sm90",
-                           "kda_fwd_sm90.cu.o")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OBJECT_IN_BUILD = os.path.join("CMakeFiles", "flash_kda.dir", "src", "cuda", "sm90", "kda_fwd_sm90.cu.o")
+BUILD_COMMANDS = ("cmake -S . -B build-cuda -G Ninja -DFLASH_KDA_BUILD_TESTS=OFF && "
+                  "cmake --build build-cuda --target flash_kda")
 KERNEL_FILES = ("kda_fwd_producer.cuh", "kda_fwd_consumer.cuh", "kda_fwd_scheduler.cuh", "kda_fwd_kernel.cuh")
 CLASSES = [("shared", ("LDS", "STS", "LDSM", "ATOMS")), ("global", ("LDG", "STG", "LDGSTS", "LDGDEPBAR")),
            ("mufu", ("MUFU",)), ("mma", ("HMMA",)),
@@ -39,15 +46,30 @@ CLASSES = [("shared", ("LDS", "STS", "LDSM", "ATOMS")), ("global", ("LDG", "STG"
                         "CALL", "RET", "YIELD"))]
 
 
+def default_object():
+    """The newest kda_fwd_sm90.cu.o of a CUDA build under the repository's build*/ folders."""
+    found = glob.glob(os.path.join(ROOT, "build*", OBJECT_IN_BUILD))
+    found += glob.glob(os.path.join(ROOT, "build*", "*", OBJECT_IN_BUILD))
+    if not found:
+        sys.exit("sass_mix.py: no CUDA build of the forward kernel under build*/. Build one (nvcc, no GPU "
+                 f"needed), from the repository root:\n  {BUILD_COMMANDS}\nor pass the object file.")
+    return max(found, key=os.path.getmtime)
+
+
 def tool(name):
     found = shutil.which(name)
     if found:
         return found
+    dirs = [os.path.join(os.environ["CUDA_HOME"], "bin")] if os.environ.get("CUDA_HOME") else []
+    dirs.append("/usr/local/cuda/bin")
     for base in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
-        for path in glob.glob(os.path.join(base, "nvidia", "cu*", "bin", name)):
-            return path
-    sys.exit(f"{name} not found: install the CUDA toolkit or `pip install nvidia-cuda-cuobjdump "
-             "nvidia-cuda-nvdisasm`")
+        dirs += sorted(glob.glob(os.path.join(base, "nvidia", "cu*", "bin")), reverse=True)
+    dirs = list(dict.fromkeys(dirs))
+    for d in dirs:
+        if os.access(os.path.join(d, name), os.X_OK):
+            return os.path.join(d, name)
+    sys.exit(f"sass_mix.py: {name} not found (looked on PATH, in {', '.join(dirs)}). Some CUDA toolkits ship "
+             "without it; PyPI has both tools: `pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`")
 
 
 def opclass(op):
@@ -81,20 +103,25 @@ def functions_of(path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("object", nargs="?", default=DEFAULT_OBJ)
+    ap.add_argument("object", nargs="?", default=None,
+                    help="kda_fwd_sm90.cu.o of a CUDA build (default: the newest under build*/)")
     ap.add_argument("--kernel", type=int, default=1, choices=(1, 2, 4, 8),
                     help="the instantiation: consumer warps per CTA (default 1: the small-H shape)")
     ap.add_argument("--top", type=int, default=12)
     args = ap.parse_args()
-    if not os.path.exists(args.object):
-        sys.exit(f"{args.object}: not found (build with cmake first)")
+    cuobjdump, nvdisasm = tool("cuobjdump"), tool("nvdisasm")
+    if args.object is None:
+        args.object = default_object()
+        print(f"object: {os.path.relpath(args.object, ROOT)}")
+    elif not os.path.exists(args.object):
+        sys.exit(f"sass_mix.py: {args.object}: not found. A CUDA build makes it:\n  {BUILD_COMMANDS}")
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([tool("cuobjdump"), "-xelf", "all", os.path.abspath(args.object)], cwd=tmp, check=True,
+        subprocess.run([cuobjdump, "-xelf", "all", os.path.abspath(args.object)], cwd=tmp, check=True,
                        stdout=subprocess.DEVNULL)
         cubins = sorted(glob.glob(os.path.join(tmp, "*.cubin")))
         if not cubins:
             sys.exit("no cubin in the object")
-        sass = subprocess.run([tool("nvdisasm"), "--print-line-info-inline", "-c", cubins[0]], check=True,
+        sass = subprocess.run([nvdisasm, "--print-line-info-inline", "-c", cubins[0]], check=True,
                               capture_output=True, text=True).stdout.split("\n")
     body, active = [], False
     for line in sass:

@@ -1,16 +1,22 @@
 """`python -m flash_kda.bench`: the CPU suite on tiny shapes writes consistent JSON and markdown,
-reports merge, plots render (when matplotlib is installed). No timing assertions."""
+reports merge, plots render (when matplotlib is installed), the recorded commit is flash-kda's own,
+the case list, FlashKDA's call (through a stand-in for its extension that runs flash-kda's CPU
+backend) and the CUDA rows' report. No timing assertions; nothing here needs a GPU."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
+import types
 
+import numpy as np
 import pytest
 
-from flash_kda.bench import cases, cli, report, timing
+import flash_kda
+from flash_kda.bench import cases, cli, flashkda, report, speed, timing
 
 TINY = ["--shape", "T=64,H=1", "--shape", "lens=20+1+43,H=2,name=tiny_varlen", "--shape", "B=2,T=17,H=1"]
 
@@ -47,13 +53,15 @@ def test_speed_cpu_writes_consistent_json_and_markdown(tmp_path, capsys):
         assert x["floor_ms"] > 0 and x["ours_ms"] > 0
         assert math.isclose(x["floor_ratio"], x["ours_ms"] / x["floor_ms"])
         assert x["bytes"] == cases.nbytes(shapes[x["case"]])
-        assert "anchor" not in x
+        assert "targets" not in x  # goals and published times are H200 figures: CUDA rows only
     assert rows[1]["N"] == 3 and rows[1]["T"] == 64 and rows[2]["N"] == 2
     md = (out / "bench.md").read_text()
     assert "## Prefill speed" in md and "host memcpy" in md
     for x in rows:
         assert f"`{x['case']}`" in md and f"{x['floor_ratio']:.2f}" in md
-    assert "wrote" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "- speed: floor ratio" in printed and f"wrote {out / 'bench.json'}, {out / 'bench.md'}" in printed
+    assert "| `t64_1` |" not in printed  # the tables are in bench.md, not dumped on the terminal
 
 
 def test_accuracy_cpu(tmp_path):
@@ -71,7 +79,7 @@ def test_accuracy_cpu(tmp_path):
     assert "## Accuracy against float64" in md and "large \\|v\\|" in md
 
 
-def test_report_merges_parts(tmp_path):
+def test_report_merges_parts(tmp_path, capsys):
     _, a = _run(tmp_path, "speed", "--shape", "T=32,H=1", "--reps", "1", "--no-plots", name="a")
     _, b = _run(tmp_path, "accuracy", "--acc-cases", "normal", "--acc-heads", "1", "--no-plots", name="b")
     md, merged = tmp_path / "r.md", tmp_path / "merged.json"
@@ -82,7 +90,7 @@ def test_report_merges_parts(tmp_path):
     text = md.read_text()
     assert text.startswith("# T\n") and "## Prefill speed" in text and "## Accuracy" in text
     assert "![" not in text  # no plots asked for
-
+    assert f"wrote {md}, {merged}" in capsys.readouterr().err  # says what it wrote
 
 def test_report_merges_rows_of_one_part(tmp_path):
     """Two accuracy runs with different cases merge into one part holding both; a repeated case
@@ -111,7 +119,34 @@ def test_shape_parsing():
     for bad in ("T=8192,Q=1", "lens=0+3", "lens=5,T=3", "H=0", "8192"):
         with pytest.raises(ValueError):
             cases.parse_shape(bad)
-    assert cases.nbytes(dict(B=1, T=8192, H=96)) == 1020788736  # BENCH.md's fixed96
+    assert cases.nbytes(dict(B=1, T=8192, H=96)) == 1020788736  # fixed96: 1 x 8192 tokens, 96 heads
+
+
+def test_case_list():
+    """One list: the prefill cases and the serving shapes make the CUDA suite; groups select them."""
+    assert list(cases.GPU_CASES) == [*cases.PREFILL_CASES, *cases.SERVING_CASES]
+    assert list(cases.PREFILL_CASES) == ["fixed96", "varlen6_96", "v1024x8_96", "fixed64", "varlen6_64",
+                                         "v1024x8_64", "fixed32", "b16x2048_32", "long64k_32", "fixed16"]
+    s = cases.SERVING_CASES
+    assert {k: s["fixed12"][k] for k in ("B", "T", "H")} == dict(B=1, T=8192, H=12)
+    assert {k: s["h8_8k"][k] for k in ("B", "T", "H")} == dict(B=1, T=8192, H=8)
+    assert {k: s["h4_64k"][k] for k in ("B", "T", "H")} == dict(B=1, T=65536, H=4)
+    assert s["mix20k"]["lens"] == [20000] + [300] * 15 and s["mix20k"]["H"] == 8
+    assert cases.describe(s["mix20k"]) == "20000 + 15 x 300"
+    heads = [c["H"] for c in cases.GPU_CASES.values()]
+    assert heads == sorted(heads, reverse=True)  # grouped by H: fla autotunes once per H
+    assert [c["name"] for c in cli.speed_cases_of(["serving"], [], "cpu")] == list(s)
+    assert [c["name"] for c in cli.speed_cases_of(None, [], "cuda")] == list(cases.GPU_CASES)
+    assert [c["name"] for c in cli.speed_cases_of(None, [], "cpu")] == list(cases.CPU_CASES)
+    assert [c["name"] for c in cli.speed_cases_of(["fixed96", "prefill"], ["T=32,H=1"], "cpu")] == \
+        ["fixed96", *cases.PREFILL_CASES, "t32_1"]
+    # targets: the suite's case carries them, another shape under the same name does not
+    assert cases.targets(dict(s["h8_8k"], name="h8_8k")) == dict(goal_ms=0.10, published={"cuLA": 0.318})
+    assert cases.targets(dict(s["h4_64k"], name="h4_64k"))["published"] == {"cuLA": 0.97}
+    assert cases.targets(dict(cases.PREFILL_CASES["fixed96"], name="fixed96")) == dict(goal_ratio=2.0)
+    assert cases.targets(dict(B=1, T=4096, H=8, name="h8_8k")) == {}
+    assert cases.targets(dict(B=1, T=8192, H=8, name="mine")) == {}
+    assert set(cases.PUBLISHED) == {n for c in cases.GPU_CASES.values() for n in c.get("published", {})}
 
 
 def test_cli_errors(tmp_path, capsys):
@@ -121,17 +156,62 @@ def test_cli_errors(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["sped", "--out", str(tmp_path)])
     assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        cli.main(["speed", "--flashkda", "maybe", "--out", str(tmp_path)])
+    assert e.value.code == 2 and "--flashkda" in capsys.readouterr().err
     # e2e needs CUDA and fla: a clear message and exit status 2 on the CPU
     assert cli.main(["e2e", "--device", "cpu", "--out", str(tmp_path)]) == 2
     assert "end-to-end needs CUDA" in capsys.readouterr().err
 
 
-def test_module_entry_point(tmp_path):
+def _git_repo(path):
+    """A git repository at `path` with one commit; returns that commit."""
+    path.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@t")
+    for cmd in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "x"]):
+        subprocess.run(["git", *cmd], cwd=path, check=True, env=env, capture_output=True)
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=path, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def test_module_entry_point_records_flash_kdas_commit(tmp_path):
+    """Run from inside another git repository: the results name flash-kda's build, not that
+    repository's commit."""
+    other = _git_repo(tmp_path / "elsewhere")
+    out = tmp_path / "out"
     r = subprocess.run([sys.executable, "-m", "flash_kda.bench", "--shape", "T=16,H=1", "--reps", "1",
-                        "--device", "cpu", "--no-plots", "--no-progress", "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=120)
+                        "--device", "cpu", "--no-plots", "--no-progress", "--out", str(out)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path / "elsewhere")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "| `t16_1` |" in r.stdout and (tmp_path / "bench.json").exists()
+    assert "t16_1" in r.stdout and "| `t16_1` |" in (out / "bench.md").read_text()
+    meta = json.loads((out / "bench.json").read_text())["meta"]
+    assert meta["commit"] != other and other[:12] not in r.stdout
+    assert meta["commit"] == report.build_info()["commit"]
+    assert meta["versions"]["flash_kda"] == report.build_info()["version"]
+
+
+def test_build_info_comes_from_the_build_not_the_shell(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _git_repo(tmp_path)  # the shell sits in some other repository
+    baked = types.SimpleNamespace(version="9.9.9", commit="ab" * 20, commit_source="git", dirty=False, cuda=False)
+    monkeypatch.setitem(sys.modules, "flash_kda._build_info", baked)
+    monkeypatch.setattr(flash_kda, "_build_info", baked, raising=False)
+    assert report.build_info() == dict(version="9.9.9", commit="ab" * 20, dirty=False, commit_from="build (git)")
+    # no baked module: the package's own checkout, when it is imported from one ...
+    monkeypatch.setitem(sys.modules, "flash_kda._build_info", None)  # import now raises ImportError
+    monkeypatch.delattr(flash_kda, "_build_info", raising=False)
+    source = tmp_path / "src"
+    (source / "python" / "flash_kda").mkdir(parents=True)
+    (source / "python" / "flash_kda" / "__init__.py").write_text("")
+    head = _git_repo(source)
+    monkeypatch.setattr(flash_kda, "__file__", str(source / "python" / "flash_kda" / "__init__.py"))
+    info = report.build_info()
+    assert info["commit"] == head and info["commit_from"] == "the source checkout"
+    # ... and unknown anywhere else, whatever repository the shell is in
+    (tmp_path / "site" / "flash_kda").mkdir(parents=True)
+    monkeypatch.setattr(flash_kda, "__file__", str(tmp_path / "site" / "flash_kda" / "__init__.py"))
+    assert report.build_info()["commit"] is None
 
 
 def test_builtin_progress_bar_without_tqdm(monkeypatch, capsys):
@@ -145,27 +225,40 @@ def test_builtin_progress_bar_without_tqdm(monkeypatch, capsys):
     assert "line" in captured.out and "2/2" in captured.err
 
 
+# Synthetic H200-like medians (ms) per case: flash-kda, floor, fla (None: skipped), FlashKDA (None: rejected).
+_SYNTHETIC = {
+    "fixed96": (1.29, 0.248, 3.30, 1.40),
+    "varlen6_96": (1.03, 0.269, None, 1.39),
+    "fixed32": (0.91, 0.092, 1.98, None),
+    "h8_8k": (0.88, 0.020, 1.06, 0.82),
+    "mix20k": (2.10, 0.052, None, 1.95),
+    "h4_64k": (6.74, 0.079, 2.17, 6.08),
+}
+
+
 def _synthetic_gpu_results():
-    """A results object shaped like an H200 run (fla, anchors, e2e), for the report and plots."""
+    """A results object shaped like an H200 run (fla, FlashKDA, targets, e2e), its speed rows made by
+    the suite's own row builder, for the report and plots."""
     meta = dict(commit="0" * 40, dirty=False, date="2026-11-29 00:00 UTC", command="python -m flash_kda.bench all",
                 backend="cuda", device="NVIDIA H200", sm_count=132, versions=dict(flash_kda="0.1.0", fla="0.6.0"))
-    speed = []
-    for name in ("fixed96", "varlen6_96", "fixed32"):
+    rows = []
+    for name, (ours, floor, fla, fk) in _SYNTHETIC.items():
         case = dict(cases.GPU_CASES[name], name=name)
-        t = timing.summarize([1.0, 1.1, 1.2])
-        f = timing.summarize([2.0, 2.1, 2.2])
-        c = timing.summarize([0.25, 0.26, 0.27])
-        B, T, N, _ = cases.expand(case)
-        row = dict(case=name, batch=cases.describe(case), lens=case.get("lens"), B=B, T=T, N=N, H=case["H"],
-                   bytes=cases.nbytes(case), floor=c, impls={"flash-kda": t}, floor_ms=c["median_ms"],
-                   ours_ms=t["median_ms"], floor_ratio=t["median_ms"] / c["median_ms"], anchor=cases.ANCHORS[name])
-        if name != "varlen6_96":
-            row["impls"]["fla"] = f
-            row.update(fla_ms=f["median_ms"], fla_floor_ratio=f["median_ms"] / c["median_ms"],
-                       fla_over_ours=f["median_ms"] / t["median_ms"], ours_vs_fla_out_rel=4e-3)
+        spread = lambda m: timing.summarize([m * 0.99, m, m * 1.02])  # noqa: E731
+        impls = {"flash-kda": spread(ours)}
+        extra = {}
+        if fla is None:
+            extra["fla_skipped"] = "time budget (200 s) spent before a new H"
         else:
-            row["fla_skipped"] = "time budget (200 s) spent before a new H"
-        speed.append(row)
+            impls["fla"] = spread(fla)
+            extra.update(ours_vs_fla_out_rel=4.4e-3, ours_vs_fla_state_rel=2.5e-3)
+        if fk is None:
+            extra["flashkda_skipped"] = "FlashKDA rejected the call: cu_seqlens must be int64"
+        else:
+            impls["FlashKDA"] = spread(fk)
+            extra.update(ours_vs_flashkda_out_rel=5.7e-3, ours_vs_flashkda_state_rel=4.7e-3,
+                         flashkda_timing="CUDA graph replay")
+        rows.append(speed._row(case, cases.nbytes(case), impls, spread(floor), device="cuda", **extra))
     acc = [dict(case=n, what=c["what"], B=1, T=256, N=1, H=32, lens=None, bf16_out_floor=1.7e-3,
                 impls={"flash-kda": dict(out_rel=1.8e-3, state_rel=3e-4, out_ok=True, state_ok=True),
                        "fla": dict(out_rel=4.1e-3, state_rel=2.6e-3, out_ok=False, state_ok=True)})
@@ -180,19 +273,160 @@ def _synthetic_gpu_results():
                         flash_kda_calls_per_forward={"fla": 0, "flash-kda": 4, "no-op": 0},
                         ours_vs_fla_out_rel=4e-3, dispatch_ok=cfg != "k3-shard",
                         **({"dispatch_rejected": "FlashKDA requires safe_gate=True"} if cfg == "k3-shard" else {})))
-    return {"schema": report.SCHEMA, "meta": meta, "speed": dict(meta=meta, rows=speed),
+    return {"schema": report.SCHEMA, "meta": meta, "speed": dict(meta=meta, rows=rows),
             "accuracy": dict(meta=meta, rows=acc), "e2e": dict(meta=meta, rows=e2e)}
+
+
+def test_cuda_rows_carry_flashkda_and_targets():
+    rows = {r["case"]: r for r in _synthetic_gpu_results()["speed"]["rows"]}
+    r = rows["h8_8k"]
+    assert math.isclose(r["flashkda_ms"], 0.82) and math.isclose(r["flashkda_over_ours"], 0.82 / 0.88)
+    assert math.isclose(r["flashkda_floor_ratio"], 0.82 / 0.020) and math.isclose(r["fla_over_ours"], 1.06 / 0.88)
+    assert r["targets"] == dict(goal_ms=0.10, published={"cuLA": 0.318})
+    assert rows["fixed96"]["targets"] == dict(goal_ratio=2.0) and "targets" not in rows["mix20k"]
+    assert "flashkda_ms" not in rows["fixed32"] and "fla_ms" not in rows["varlen6_96"]
+    assert report.goal_met(rows["fixed96"]) is False and report.goal_met(rows["mix20k"]) is None
+    # a CPU row of the same case carries no H200 targets
+    cpu = speed._row(dict(cases.GPU_CASES["h8_8k"], name="h8_8k"), 1, {"flash-kda": timing.summarize([1.0])},
+                     timing.summarize([0.5]))
+    assert "targets" not in cpu
 
 
 def test_markdown_of_a_gpu_shaped_run():
     text = report.markdown(_synthetic_gpu_results(), image_prefix="bench/results/h200", title="H200")
     assert "device-to-device copy" in text and "| `fixed96` |" in text
-    assert "FlashKDA ratio" in text and "≤ 2.0" in text and "fla ÷ flash-kda" in text
-    assert "skipped" in text and "time budget" in text
+    head = next(line for line in text.splitlines() if line.startswith("| case |"))
+    for col in ("goal", "FlashKDA ms (floor ratio)", "FlashKDA ÷ flash-kda", "fla ms (floor ratio)",
+                "fla ÷ flash-kda", "cuLA (published) ms", "out vs FlashKDA", "out vs fla"):
+        assert f"| {col} |" in head, col
+    h8 = next(line for line in text.splitlines() if line.startswith("| `h8_8k` |"))
+    assert "≤ 0.10 ms ✗" in h8 and "0.820 (41.0)" in h8 and "0.93×" in h8 and "| 0.318 |" in h8
+    assert "ratio ≤ 2.0 ✗" in text and "| 0.970 |" in text
+    assert "cuLA (inclusionAI/cuLA)" in text and "CUDA graph replay" in text
+    assert "FlashKDA skipped on `fixed32` (FlashKDA rejected the call" in text
+    assert "fla skipped on `varlen6_96` (time budget" in text
     assert "4.10e-03 ✗" in text  # fla above the out limit is marked
     assert "## End-to-end prefill" in text and "**FAILED**" in text and "safe_gate" in text
+    summary = text.split("## Summary")[1].split("##")[0]
+    assert "at or under the goal on 0 of 5 cases with one" in summary
+    assert "FlashKDA ÷ flash-kda" in summary and "flash-kda faster on 2 of 5 cases" in summary
+    assert "faster than cuLA's published time on 0 of 2 cases" in summary
     for png in ("speed.png", "floor_ratio.png", "accuracy.png", "e2e.png"):
         assert f"(bench/results/h200/{png})" in text
+    for outside in ("BENCH.md", "SPEC.md", "GPU.md"):  # the report names no file outside the repository
+        assert outside not in text
+    # a CUDA run where FlashKDA could not be imported says why, and how to time it
+    results = _synthetic_gpu_results()
+    results["speed"]["flashkda"] = dict(timed=False, why="ModuleNotFoundError: No module named 'flash_kda_C'")
+    assert "FlashKDA not timed (ModuleNotFoundError" in report.md_speed(results["speed"])
+
+
+def test_older_results_files_still_render(tmp_path):
+    """Results of schema flash_kda.bench/1 (goals in an "anchor", no FlashKDA) load and render."""
+    results = _synthetic_gpu_results()
+    results["schema"] = "flash_kda.bench/1"
+    for r in results["speed"]["rows"]:
+        goal = r.pop("targets", {}).get("goal_ratio")
+        r["anchor"] = dict(flashkda_ms=1.0, fla_ms=2.0, flashkda_ratio=5.0, goal_ratio=goal)
+        for k in [k for k in r if "flashkda" in k]:
+            del r[k]
+        r["impls"].pop("FlashKDA", None)
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(results))
+    text = report.markdown(report.load([str(path)]))
+    assert "ratio ≤ 2.0" in text and "FlashKDA" not in text.split("## Prefill speed")[1].split("##")[0]
+
+
+def test_flashkda_is_optional(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, flashkda.MODULE, None)  # import flash_kda_C raises ImportError
+    fk, why = flashkda.load()
+    assert fk is None and "flash_kda_C" in why
+    fk, info = cli._flashkda("auto")
+    assert fk is None and info["timed"] is False
+    assert "FlashKDA not timed" in capsys.readouterr().out
+    assert cli._flashkda("none") == (None, dict(timed=False, why="--flashkda none"))
+
+
+def test_flashkda_module_is_found_on_the_path(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    (tmp_path / f"{flashkda.MODULE}.py").write_text("def get_workspace_size(t, h, n):\n    return 0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, flashkda.MODULE, raising=False)
+    fk, why = flashkda.load()
+    assert why is None and fk.__file__ == str(tmp_path / f"{flashkda.MODULE}.py")
+    monkeypatch.delitem(sys.modules, flashkda.MODULE)
+
+
+class _FakeFlashKDA:
+    """Stands in for FlashKDA's extension: its signature and argument checks (contiguous bf16
+    activations, dt_bias [H, K], int64 cu_seqlens, a workspace of get_workspace_size bytes), computed
+    by flash-kda's CPU backend."""
+
+    def __init__(self):
+        self.sizes = []
+
+    def get_workspace_size(self, tokens, heads, seqs):
+        self.sizes.append((tokens, heads, seqs))
+        return 64 * tokens * heads + seqs
+
+    def fwd(self, q, k, v, g, beta, scale, out, workspace, A_log, dt_bias, lower_bound, initial_state=None,
+            final_state=None, cu_seqlens=None):
+        import torch
+
+        B, T, H, K = q.shape
+        if dt_bias.shape != (H, K) or (cu_seqlens is not None and cu_seqlens.dtype != torch.int64):
+            raise RuntimeError("dt_bias must be [H, D]; cu_seqlens must be int64")
+        if workspace.numel() != self.get_workspace_size(B * T, H, initial_state.shape[0]):
+            raise RuntimeError("workspace too small")
+        flash_kda.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias.reshape(-1), lower_bound,
+                      initial_state, final_state, cu_seqlens, backend="cpu")
+
+
+@pytest.mark.parametrize("case", [dict(B=2, T=40, H=2, name="fixed"), dict(lens=[30, 1, 17], H=3, name="varlen")])
+def test_flashkda_call_on_the_suites_inputs(case):
+    """make_call passes the suite's inputs in FlashKDA's order and shapes: the stand-in, which
+    computes with flash-kda's CPU backend, gives exactly flash-kda's own result."""
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(3)
+    x = speed._cuda_inputs(torch, case, gen, dev="cpu")
+    fk = _FakeFlashKDA()
+    call, out, final_state = flashkda.make_call(fk, torch, x, case)
+    call()
+    B, T, N, _ = cases.expand(case)
+    assert fk.sizes[0] == (B * T, case["H"], N)
+    flash_kda.fwd(x["q"], x["k"], x["v"], x["g"], x["beta"], cases.SCALE, x["out"], x["A_log"], x["dt_bias"],
+                  cases.LOWER_BOUND, x["h0"], x["ht"], x["cu"], backend="cpu")
+    assert torch.equal(out, x["out"]) and torch.equal(final_state, x["ht"])
+    assert out.data_ptr() != x["out"].data_ptr()  # FlashKDA writes its own outputs
+
+
+def test_time_flashkda_paths(monkeypatch):
+    """How FlashKDA is timed: from a CUDA graph, eagerly where capture fails, not at all (with the
+    reason) where it rejects the call. The CUDA pieces are replaced by host stand-ins."""
+    torch = pytest.importorskip("torch")
+    case = dict(B=1, T=24, H=1, name="t")
+    x = speed._cuda_inputs(torch, case, torch.Generator().manual_seed(1), dev="cpu")
+    fake_torch = types.SimpleNamespace(**{n: getattr(torch, n) for n in ("empty", "empty_like", "uint8", "int64")},
+                                       cuda=types.SimpleNamespace(synchronize=lambda: None))
+    monkeypatch.setattr(speed, "time_cuda", lambda t, fn, reps, warmup: timing.time_host(fn, reps, warmup))
+    replays = []
+    monkeypatch.setattr(speed, "_capture", lambda t, fn: types.SimpleNamespace(replay=lambda: replays.append(fn())))
+    r = speed._time_flashkda(fake_torch, _FakeFlashKDA(), x, case, reps=2, warmup=0)
+    assert r["flashkda_timing"] == "CUDA graph replay" and r["summary"]["reps"] == 2 and len(replays) == 3
+
+    def no_capture(t, fn):
+        raise RuntimeError("operation not permitted when stream is capturing\nmore")
+
+    monkeypatch.setattr(speed, "_capture", no_capture)
+    r = speed._time_flashkda(fake_torch, _FakeFlashKDA(), x, case, reps=2, warmup=0)
+    assert r["flashkda_timing"] == ("eager calls (its CUDA graph capture failed: operation not permitted when "
+                                    "stream is capturing)")
+    out, state = r["outputs"]
+    assert np.isfinite(out.float().numpy()).all() and np.isfinite(state.numpy()).all()
+    x["cu"] = None
+    x["dt_bias"] = x["dt_bias"][:64]  # a shape FlashKDA rejects
+    r = speed._time_flashkda(fake_torch, _FakeFlashKDA(), x, case, reps=2, warmup=0)
+    assert set(r) == {"flashkda_skipped"} and "rejected the call" in r["flashkda_skipped"]
 
 
 def test_plots(tmp_path):

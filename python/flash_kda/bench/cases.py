@@ -1,8 +1,10 @@
-"""The benchmark's problems: BENCH.md's prefill suite (GPU), a smaller suite for the CPU backend,
-custom shapes from the command line, and the accuracy suite.
+"""The benchmark's problems, all in this module: the prefill suite on CUDA (the prefill cases and
+the serving shapes), a smaller suite for the CPU backend, custom shapes from the command line, and
+the accuracy suite.
 
 A case is a plain dict: ``name``, ``H`` (= HV), and either ``lens`` (a packed varlen batch: B = 1,
-T = sum(lens), cu_seqlens) or ``B`` and ``T`` (a fixed batch of B sequences of T tokens).
+T = sum(lens), cu_seqlens) or ``B`` and ``T`` (a fixed batch of B sequences of T tokens); suite
+cases may also carry targets (``goal_ratio``, ``goal_ms``) and published times (``published``).
 K = V = 128 throughout (the CUDA kernels' size).
 """
 
@@ -12,35 +14,47 @@ import itertools
 import re
 
 K = 128
+SCALE = K ** -0.5  # scale of every benchmark call
+LOWER_BOUND = -5.0  # the safe gate's floor of every benchmark call
 
-# BENCH.md's prefill cases, in its order (grouped by H, so fla autotunes once per H).
-GPU_CASES = {
-    "fixed96": dict(B=1, T=8192, H=96),
-    "varlen6_96": dict(lens=[1300, 547, 2048, 963, 271, 3063], H=96),
-    "v1024x8_96": dict(lens=[1024] * 8, H=96),
-    "fixed64": dict(B=1, T=8192, H=64),
-    "varlen6_64": dict(lens=[1300, 547, 2048, 963, 271, 3063], H=64),
-    "v1024x8_64": dict(lens=[1024] * 8, H=64),
-    "fixed32": dict(B=1, T=8192, H=32),
-    "b16x2048_32": dict(B=16, T=2048, H=32),
-    "long64k_32": dict(B=1, T=65536, H=32),
-    "fixed16": dict(B=1, T=8192, H=16),
+# The prefill suite on CUDA: the one list of cases, read by the speed suite, its report and plots,
+# and the command line (--cases NAME, or a group: prefill, serving, gpu). Grouped by H, largest
+# first, so that fla autotunes once per H. Beside the shape, each case may carry the project's
+# target for it (`goal_ratio`: a floor ratio; `goal_ms`: a time in ms on an H200, for the serving
+# shapes, where few heads leave the memory floor tiny and the walk over a sequence's chunks is the
+# whole call) and other libraries' published H200 times in ms (`published`, see PUBLISHED).
+PREFILL_CASES = {
+    "fixed96": dict(B=1, T=8192, H=96, goal_ratio=2.0),
+    "varlen6_96": dict(lens=[1300, 547, 2048, 963, 271, 3063], H=96, goal_ratio=2.0),
+    "v1024x8_96": dict(lens=[1024] * 8, H=96, goal_ratio=2.0),
+    "fixed64": dict(B=1, T=8192, H=64, goal_ratio=2.0),
+    "varlen6_64": dict(lens=[1300, 547, 2048, 963, 271, 3063], H=64, goal_ratio=2.0),
+    "v1024x8_64": dict(lens=[1024] * 8, H=64, goal_ratio=2.0),
+    "fixed32": dict(B=1, T=8192, H=32, goal_ratio=3.0),
+    "b16x2048_32": dict(B=16, T=2048, H=32, goal_ratio=2.0),
+    "long64k_32": dict(B=1, T=65536, H=32, goal_ratio=3.0),
+    "fixed16": dict(B=1, T=8192, H=16, goal_ratio=4.0),
 }
 
-# BENCH.md's anchors (H200, November 2026): FlashKDA (the CUTLASS library) and fla's Triton
-# chunk_kda in ms, FlashKDA's floor ratio and the goal floor ratio.
-ANCHORS = {
-    "fixed96": dict(flashkda_ms=1.405, fla_ms=2.620, flashkda_ratio=5.9, goal_ratio=2.0),
-    "varlen6_96": dict(flashkda_ms=1.396, fla_ms=2.659, flashkda_ratio=5.5, goal_ratio=2.0),
-    "v1024x8_96": dict(flashkda_ms=1.190, fla_ms=2.637, flashkda_ratio=4.6, goal_ratio=2.0),
-    "fixed64": dict(flashkda_ms=1.189, fla_ms=1.747, flashkda_ratio=7.5, goal_ratio=2.0),
-    "varlen6_64": dict(flashkda_ms=1.022, fla_ms=2.293, flashkda_ratio=6.0, goal_ratio=2.0),
-    "v1024x8_64": dict(flashkda_ms=0.812, fla_ms=3.027, flashkda_ratio=4.7, goal_ratio=2.0),
-    "fixed32": dict(flashkda_ms=0.986, fla_ms=1.060, flashkda_ratio=12.4, goal_ratio=3.0),
-    "b16x2048_32": dict(flashkda_ms=1.540, fla_ms=3.776, flashkda_ratio=4.7, goal_ratio=2.0),
-    "long64k_32": dict(flashkda_ms=7.613, fla_ms=7.668, flashkda_ratio=12.1, goal_ratio=3.0),
-    "fixed16": dict(flashkda_ms=0.878, fla_ms=2.157, flashkda_ratio=22.0, goal_ratio=5.0),
+# Serving shapes: the heads one GPU holds under tensor parallelism (a 96-head layer on 8 GPUs
+# leaves 12; 32 heads leave 4-8), long prompts, and a packed batch that one long prompt dominates.
+SERVING_CASES = {
+    "fixed12": dict(B=1, T=8192, H=12, goal_ms=0.12),
+    "h8_8k": dict(B=1, T=8192, H=8, goal_ms=0.10, published={"cuLA": 0.318}),
+    "mix20k": dict(lens=[20000] + [300] * 15, H=8),
+    "h4_64k": dict(B=1, T=65536, H=4, goal_ms=0.40, published={"cuLA": 0.97}),
 }
+
+GPU_CASES = {**PREFILL_CASES, **SERVING_CASES}
+
+# Where the published times come from.
+PUBLISHED = {
+    "cuLA": ("cuLA (inclusionAI/cuLA): the H200 times of its own benchmark table, with its intra-card "
+             "context parallelism; not measured here"),
+}
+
+# The fields of a case that make its shape (a case of another name or shape carries no target).
+SHAPE_KEYS = ("B", "T", "H", "lens")
 
 # The CPU suite: the GPU suite's kinds of batch at a quarter of the tokens and H = 8 (a few tens
 # of ms each on a few cores).
@@ -52,11 +66,11 @@ CPU_CASES = {
     "long8k_2": dict(B=1, T=8192, H=2),
 }
 
-# Accuracy suite: input distributions of SPEC.md's test list. "transform" is applied to the
+# Accuracy suite: input distributions of docs/spec.md's test list. "transform" is applied to the
 # normal draws before rounding to bf16 ("v*100": large |v|; "g+8": strong decay with
 # lower_bound -5; "g-7": weak decay, a long memory). Lengths of "many_short" are drawn per run.
 ACCURACY_CASES = {
-    "normal": dict(B=1, T=2048, H=8, transform=None, what="normal inputs (SPEC.md)"),
+    "normal": dict(B=1, T=2048, H=8, transform=None, what="normal inputs"),
     "large_v": dict(B=1, T=2048, H=8, transform="v*100", what="large |v|: v x 100"),
     "strong_decay": dict(B=1, T=2048, H=8, transform="g+8", what="strong decay: g + 8"),
     "weak_decay_long": dict(B=1, T=4096, H=4, transform="g-7", what="weak decay over a long sequence: g - 7"),
@@ -74,22 +88,27 @@ def expand(case):
 
 
 def nbytes(case, state_bytes=4):
-    """BENCH.md's bytes: q, k, v, g (bf16 [B,T,H,K]), beta (bf16 [B,T,H]), out (bf16) once each,
-    plus the initial and final state ([N,H,V,K], fp32)."""
+    """The bytes a call must move at least (the floor's copy moves as many): q, k, v, g (bf16
+    [B,T,H,K]), beta (bf16 [B,T,H]), out (bf16) once each, plus the initial and final state
+    ([N,H,V,K], fp32)."""
     B, T, N, _ = expand(case)
     H = case["H"]
     return B * T * H * (4 * 2 * K + 2 + 2 * K) + 2 * N * H * K * K * state_bytes
 
 
 def describe(case):
-    """Short text of a case's batch: '1 x 8192', '16 x 2048', or the varlen lengths."""
+    """Short text of a case's batch: '1 x 8192', '16 x 2048', or the varlen lengths ('8 x 1024
+    (varlen)', '1300, 547, 2048', '20000 + 15 x 300')."""
     if case.get("lens") is not None:
         lens = case["lens"]
         if len(set(lens)) == 1 and len(lens) > 1:
             return f"{len(lens)} x {lens[0]} (varlen)"
-        if len(lens) > 8:
-            return f"{len(lens)} seqs, {sum(lens)} tokens"
-        return ", ".join(str(n) for n in lens)
+        if len(lens) <= 8:
+            return ", ".join(str(n) for n in lens)
+        runs = [(n, len(list(group))) for n, group in itertools.groupby(lens)]
+        if len(runs) <= 4:
+            return " + ".join(str(n) if count == 1 else f"{count} x {n}" for n, count in runs)
+        return f"{len(lens)} seqs, {sum(lens)} tokens"
     return f"{case['B']} x {case['T']}"
 
 
@@ -137,6 +156,18 @@ def parse_shape(text):
             raise ValueError(f"--shape {text!r}: {key} must be >= 1")
     case["name"] = fields.get("name", default_name)
     return case
+
+
+GROUPS = {"gpu": GPU_CASES, "prefill": PREFILL_CASES, "serving": SERVING_CASES, "cpu": CPU_CASES}
+
+
+def targets(case):
+    """The suite's goal and published times of a case ({} when it has none, or when it is not the
+    suite's case of that name: another shape under the same name carries nothing)."""
+    suite_case = GPU_CASES.get(case.get("name"))
+    if suite_case is None or any(case.get(k) != suite_case.get(k) for k in SHAPE_KEYS):
+        return {}
+    return {k: suite_case[k] for k in ("goal_ratio", "goal_ms", "published") if k in suite_case}
 
 
 def select(names, suite):

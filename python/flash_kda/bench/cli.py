@@ -36,12 +36,13 @@ def _parser():
     p = argparse.ArgumentParser(
         prog="python -m flash_kda.bench",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=("Benchmarks of flash-kda: prefill speed against the copy floor (and fla), accuracy "
-                     "against float64, end-to-end fla layer stacks. Writes a JSON of raw numbers, a "
-                     "markdown report and PNG plots into --out."),
+        description=("Benchmarks of flash-kda: prefill speed against the copy floor (and fla and FlashKDA "
+                     "where importable), accuracy against float64, end-to-end fla layer stacks. Writes a "
+                     "JSON of raw numbers, a markdown report and PNG plots into --out."),
         epilog=("parts: speed (default), accuracy, e2e (CUDA + fla only), all. Examples:\n"
                 "  python -m flash_kda.bench                         # speed suite of this device\n"
                 "  python -m flash_kda.bench --cases fixed96 fixed32 --fla none\n"
+                "  python -m flash_kda.bench --cases serving --flashkda none\n"
                 "  python -m flash_kda.bench --shape T=8192,H=48 --shape lens=1300+547+1024x2,H=64\n"
                 "  python -m flash_kda.bench accuracy\n"
                 "  python -m flash_kda.bench all --out results/\n"
@@ -57,8 +58,10 @@ def _parser():
     p.add_argument("--seed", type=int, default=None, help="random seed (default: a fresh one, recorded in the JSON)")
     s = p.add_argument_group("speed")
     s.add_argument("--cases", nargs="+", default=None, metavar="CASE",
-                   help=("cases by name, or 'all' (this device's suite), 'gpu' (BENCH.md's suite), 'cpu' "
-                         f"(the CPU suite). GPU: {', '.join(C.GPU_CASES)}. CPU: {', '.join(C.CPU_CASES)}"))
+                   help=("cases by name, or a group: 'all' (this device's suite), 'gpu' (the CUDA suite: "
+                         "'prefill' and 'serving'), 'cpu' (the CPU suite). "
+                         f"prefill: {', '.join(C.PREFILL_CASES)}. serving: {', '.join(C.SERVING_CASES)}. "
+                         f"cpu: {', '.join(C.CPU_CASES)}"))
     s.add_argument("--shape", action="append", default=[], metavar="SPEC",
                    help=("a custom case, e.g. T=8192,H=48 or B=4,T=2048,H=32 or lens=1300+547+1024x2,H=64 "
                          "(name=NAME to name it); repeatable. Given alone, only these run"))
@@ -68,6 +71,9 @@ def _parser():
                    help="cases to time fla on: 'auto' (all when fla is importable, default), 'all', 'none', or names")
     s.add_argument("--fla-budget", type=float, default=None, metavar="SECONDS",
                    help="skip fla on a case with a new H (a new autotuning) once this many seconds have passed")
+    s.add_argument("--flashkda", choices=["auto", "none"], default="auto",
+                   help=("FlashKDA (MoonshotAI's CUTLASS library) on the same inputs: 'auto' times it on every "
+                         "case when its extension module flash_kda_C is importable (default), 'none' does not"))
     a = p.add_argument_group("accuracy")
     a.add_argument("--acc-cases", nargs="+", default=None, metavar="CASE",
                    help=f"accuracy cases (default all): {', '.join(C.ACCURACY_CASES)}")
@@ -107,8 +113,10 @@ def main_report(argv):
     results = report.load(args.files)
     if args.json:
         report.write_json(results, args.json)
+    pngs = []
     if args.plots:
-        if report.plot(results, args.plots) == [] and not report.have_matplotlib():
+        pngs = report.plot(results, args.plots)
+        if not pngs and not report.have_matplotlib():
             print(report.MATPLOTLIB_MISSING, file=sys.stderr)
     prefix = args.images
     if prefix is None and args.plots:
@@ -123,11 +131,16 @@ def main_report(argv):
             text = head + "\n\n" + pre + rest.lstrip("\n")
         else:
             text = pre + text
+    written = ([args.json] if args.json else []) + pngs
     if args.md:
         with open(args.md, "w") as f:
             f.write(text)
+        written.insert(0, args.md)
     else:
         sys.stdout.write(text)
+    # on stderr: the markdown may be going to stdout
+    print("flash_kda.bench report: " + (f"wrote {', '.join(written)}" if written else "wrote the markdown to stdout")
+          + (" (no plots: matplotlib is not installed)" if args.plots and not pngs else ""), file=sys.stderr)
     return 0
 
 
@@ -166,20 +179,7 @@ def main(argv=None):
     speed_cases = []
     if "speed" in parts:
         try:
-            custom = [C.parse_shape(s) for s in args.shape]
-            known = {**C.GPU_CASES, **C.CPU_CASES}
-            names = args.cases
-            if names is None:
-                names = [] if custom else ["all"]
-            chosen = []
-            for n in names:
-                if n == "all":
-                    chosen += C.select(["all"], C.GPU_CASES if device == "cuda" else C.CPU_CASES)
-                elif n in ("gpu", "cpu"):
-                    chosen += C.select(["all"], C.GPU_CASES if n == "gpu" else C.CPU_CASES)
-                else:
-                    chosen += C.select([n], known)
-            speed_cases = chosen + custom
+            speed_cases = speed_cases_of(args.cases, args.shape, device)
         except ValueError as e:
             parser.error(str(e))
     if args.acc_cases:
@@ -197,7 +197,7 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     json_path = args.json or os.path.join(args.out, "bench.json")
     meta = report.collect_meta(device, argv)
-    if args.seed is None:  # fresh draws every run (SPEC.md), recorded so that a run can be replayed
+    if args.seed is None:  # fresh draws every run (docs/spec.md), recorded so that a run can be replayed
         args.seed = random.SystemRandom().randrange(2 ** 31)
     meta["seed"] = args.seed
     results = report.new_results(meta)
@@ -226,15 +226,19 @@ def main(argv=None):
                 n_h = len({c["H"] for c in speed_cases if c["name"] in fla_cases})
                 print(f"flash_kda.bench: fla's chunk_kda on {len(fla_cases)} case(s); it autotunes 1-2 minutes "
                       f"for each new H ({n_h} here); --fla none skips it", flush=True)
+            fk, fk_info = _flashkda(args.flashkda)
             rows = speed.run_cuda(speed_cases, reps=args.reps or 30, warmup=5 if args.warmup is None else args.warmup,
                                   seed=args.seed, progress=progress, fla_cases=fla_cases,
-                                  fla_budget_s=args.fla_budget, on_row=lambda r: save("speed", r))
+                                  fla_budget_s=args.fla_budget, flashkda=fk,
+                                  on_row=lambda r: save("speed", r, flashkda=fk_info))
+            speed_extra = dict(flashkda=fk_info)
         else:
             if args.fla not in (["auto"], ["none"]):
                 print("flash_kda.bench: fla needs CUDA: not timed on the CPU backend", file=sys.stderr)
             rows = speed.run_cpu(speed_cases, reps=args.reps or 5, warmup=1 if args.warmup is None else args.warmup,
                                  seed=args.seed, progress=progress, on_row=lambda r: save("speed", r))
-        save("speed", rows)
+            speed_extra = {}
+        save("speed", rows, **speed_extra)
         if any("fla_error" in r for r in rows):
             status = 1
     if "accuracy" in parts:
@@ -245,7 +249,7 @@ def main(argv=None):
                             heads=args.acc_heads or (32 if device == "cuda" else None))
         save("accuracy", rows, limits=accuracy.LIMITS)
         if not all(m["out_ok"] and m["state_ok"] for r in rows for n, m in r["impls"].items() if n != "fla"):
-            print("flash_kda.bench: flash-kda is above SPEC.md's error limits on some case", file=sys.stderr)
+            print("flash_kda.bench: flash-kda is above the error limits of docs/spec.md on some case", file=sys.stderr)
             status = 1
     if "e2e" in parts:
         from . import e2e
@@ -266,10 +270,48 @@ def main(argv=None):
     text = report.markdown(results, image_prefix="." if pngs else None, title="flash-kda benchmark")
     with open(md_path, "w") as f:
         f.write(text)
-    print("\n" + text)
-    print(f"flash_kda.bench: wrote {json_path}, {md_path}" + "".join(f", {p}" for p in pngs)
+    summary = report.md_summary({k: results[k] for k in PARTS if k in results})
+    if summary:
+        print("\n" + summary)
+    print(f"flash_kda.bench: wrote {json_path}, {md_path} (the tables)" + "".join(f", {p}" for p in pngs)
           + ("" if pngs or args.no_plots else " (no plots: matplotlib is not installed)"))
     return status
+
+
+def _flashkda(mode):
+    """(FlashKDA's extension module or None, what the results record about it), with a line saying
+    whether it is timed."""
+    if mode == "none":
+        return None, dict(timed=False, why="--flashkda none")
+    from . import flashkda
+
+    fk, why = flashkda.load()
+    if fk is None:
+        print(f"flash_kda.bench: FlashKDA not timed: its extension module {flashkda.MODULE} is not importable "
+              f"({why}); put the folder holding it on PYTHONPATH to time it beside flash-kda", flush=True)
+        return None, dict(timed=False, why=why)
+    path = getattr(fk, "__file__", None)
+    print(f"flash_kda.bench: FlashKDA ({flashkda.MODULE}, {path}) timed on every case; --flashkda none skips it",
+          flush=True)
+    return fk, dict(timed=True, module=path)
+
+
+def speed_cases_of(names, shapes, device):
+    """The speed cases of --cases NAMES (names or groups of cases.py; None: this device's suite, or
+    none when --shape gives custom cases) followed by those of --shape SHAPES."""
+    custom = [C.parse_shape(s) for s in shapes]
+    if names is None:
+        names = [] if custom else ["all"]
+    known = {**C.GPU_CASES, **C.CPU_CASES}
+    chosen = []
+    for n in names:
+        if n == "all":
+            chosen += C.select(["all"], C.GPU_CASES if device == "cuda" else C.CPU_CASES)
+        elif n in C.GROUPS:
+            chosen += C.select(["all"], C.GROUPS[n])
+        else:
+            chosen += C.select([n], known)
+    return chosen + custom
 
 
 def _fla_cases(spec, cases):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import importlib
 import os
 
+from .cases import LOWER_BOUND
 from .timing import Progress, summarize, time_cuda
 
 CONFIGS = {
@@ -40,7 +41,6 @@ CONFIGS = {
         hidden=7168, heads=96, head_dim=128, intermediate=18432, layers=2,
         what="Kimi-K3-like shard: 96 KDA heads x 128 on one GPU, hidden 7168; MLP 18432 = (8 + 1) x 2048"),
 }
-LOWER_BOUND = -5.0
 
 
 def unavailable():

@@ -16,11 +16,12 @@ import platform
 import subprocess
 import sys
 
-SCHEMA = "flash_kda.bench/1"
+SCHEMA = "flash_kda.bench/2"
+READABLE_SCHEMAS = ("flash_kda.bench/1", SCHEMA)  # /1: before FlashKDA and the targets were in the rows
 PLOT_FILES = {"speed": ["speed.png", "floor_ratio.png"], "accuracy": ["accuracy.png"], "e2e": ["e2e.png"]}
 MATPLOTLIB_MISSING = ("matplotlib is not installed: no plots were written. Install it with "
-                      "`pip install matplotlib` (or `pip install 'flash-kda[bench]'`), then rerun or run "
-                      "`python -m flash_kda.bench report RESULTS.json --plots DIR`.")
+                      "`pip install matplotlib` (from a flash-kda source folder also `pip install '.[bench]'`), "
+                      "then rerun or run `python -m flash_kda.bench report RESULTS.json --plots DIR`.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -56,21 +57,42 @@ def _cpu_name():
     return platform.processor() or platform.machine()
 
 
-def collect_meta(device, argv=None):
-    """What a result depends on: commit (FLASH_KDA_COMMIT overrides git), device, versions."""
+def build_info():
+    """What was measured: flash-kda's version and commit, as baked into the package when it was
+    built (the module flash_kda._build_info, written by CMake), else from the git checkout the
+    package is imported from (a source tree on PYTHONPATH), else unknown. Never the repository the
+    shell happens to be in. Returns dict(version, commit, dirty, commit_from)."""
     import flash_kda
 
-    commit = os.environ.get("FLASH_KDA_COMMIT") or _git("rev-parse", "HEAD")
-    dirty = None
-    if not os.environ.get("FLASH_KDA_COMMIT") and commit:
-        status = _git("status", "--porcelain", "--untracked-files=no")
-        dirty = bool(status) if status is not None else None
+    try:
+        from flash_kda import _build_info as baked
+    except ImportError:
+        baked = None
+    info = dict(version=getattr(baked, "version", None) or flash_kda.__version__, commit=None, dirty=None,
+                commit_from=None)
+    if baked is not None and baked.commit:
+        info.update(commit=baked.commit, dirty=baked.dirty, commit_from=f"build ({baked.commit_source})")
+        return info
+    package = os.path.dirname(os.path.abspath(flash_kda.__file__))
+    top = _git("-C", package, "rev-parse", "--show-toplevel")
+    if top and os.path.realpath(os.path.join(top, "python", "flash_kda")) == os.path.realpath(package):
+        commit = _git("-C", top, "rev-parse", "HEAD")
+        if commit:
+            status = _git("-C", top, "status", "--porcelain", "--untracked-files=no")
+            info.update(commit=commit, dirty=bool(status) if status is not None else None,
+                        commit_from="the source checkout")
+    return info
+
+
+def collect_meta(device, argv=None):
+    """What a result depends on: flash-kda's build (version, commit), device, versions."""
+    build = build_info()
     meta = dict(
-        commit=commit, dirty=dirty,
+        commit=build["commit"], dirty=build["dirty"], commit_from=build["commit_from"],
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         command="python -m flash_kda.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
         backend=device, host=platform.node() or None, python=platform.python_version(),
-        versions=dict(flash_kda=flash_kda.__version__, numpy=_version("numpy")),
+        versions=dict(flash_kda=build["version"], numpy=_version("numpy")),
         cpu=_cpu_name(), cpu_threads=os.cpu_count(),
     )
     if device == "cuda":
@@ -138,7 +160,7 @@ def load(paths):
     for p in paths:
         with open(p) as f:
             r = json.load(f)
-        if r.get("schema") != SCHEMA:
+        if r.get("schema") not in READABLE_SCHEMAS:
             raise ValueError(f"{p}: not a flash_kda.bench results file (schema {r.get('schema')!r})")
         if merged is None:
             merged = r
@@ -186,50 +208,112 @@ def md_meta(meta, parts=None):
     return "\n".join(lines)
 
 
+def row_targets(row):
+    """A speed row's goal and published times; rows of older results files held the goal in their
+    "anchor"."""
+    if "targets" in row:
+        return row["targets"]
+    goal = (row.get("anchor") or {}).get("goal_ratio")
+    return {"goal_ratio": goal} if goal is not None else {}
+
+
+def goal_text(targets):
+    if "goal_ratio" in targets:
+        return f"ratio ≤ {targets['goal_ratio']:.1f}"
+    if "goal_ms" in targets:
+        return f"≤ {targets['goal_ms']:.2f} ms"
+    return "–"
+
+
+def goal_met(row):
+    """True / False against the row's goal, None without one."""
+    t = row_targets(row)
+    if "goal_ratio" in t:
+        return row["floor_ratio"] <= t["goal_ratio"]
+    if "goal_ms" in t:
+        return row["ours_ms"] <= t["goal_ms"]
+    return None
+
+
+def published_sources(rows):
+    names = []
+    for r in rows:
+        names += [n for n in row_targets(r).get("published", {}) if n not in names]
+    return names
+
+
+# The other implementations a speed row may hold: (name in the tables, key prefix of the row's fields).
+OTHERS = (("FlashKDA", "flashkda"), ("fla", "fla"))
+
+
 def md_speed(part):
+    from .cases import PUBLISHED
+
     rows = part["rows"]
     meta = part.get("meta", {})
     cuda = meta.get("backend") == "cuda"
-    has_fla = any("fla_ms" in r or "fla_skipped" in r for r in rows)
-    has_anchor = any("anchor" in r for r in rows)
+    others = [(name, key) for name, key in OTHERS if any(f"{key}_ms" in r or f"{key}_skipped" in r for r in rows)]
+    has_goal = any(row_targets(r).get("goal_ratio") or row_targets(r).get("goal_ms") for r in rows)
+    published = published_sources(rows)
     floor_what = "device-to-device copy" if cuda else "host memcpy"
     head = ["case", "sequences", "H", "MB", f"floor ms ({floor_what})", "flash-kda ms (p10–p90)", "floor ratio"]
-    if has_anchor:
-        head += ["FlashKDA ratio", "goal"]
-    if has_fla:
-        head += ["fla ms", "fla ratio", "fla ÷ flash-kda", "out vs fla"]
+    if has_goal:
+        head += ["goal"]
+    for name, _ in others:
+        head += [f"{name} ms (floor ratio)", f"{name} ÷ flash-kda"]
+    head += [f"{n} (published) ms" for n in published]
+    head += [f"out vs {name}" for name, _ in others]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         o = r["impls"]["flash-kda"]
+        t = row_targets(r)
         cells = [f"`{r['case']}`", r["batch"], str(r["H"]), f"{r['bytes'] / 1e6:.0f}", _f(r["floor_ms"]),
                  f"{o['median_ms']:.3f} ({o['p10_ms']:.3f}–{o['p90_ms']:.3f})", f"**{r['floor_ratio']:.2f}**"]
-        if has_anchor:
-            a = r.get("anchor") or {}
-            cells += [_f(a.get("flashkda_ratio"), "{:.1f}"), _f(a.get("goal_ratio"), "≤ {:.1f}")]
-        if has_fla:
-            if "fla_ms" in r:
-                cells += [_f(r["fla_ms"]), _f(r["fla_floor_ratio"], "{:.2f}"), _f(r["fla_over_ours"], "{:.2f}×"),
-                          _e(r.get("ours_vs_fla_out_rel"))]
+        if has_goal:
+            met = goal_met(r)
+            cells.append(goal_text(t) + ("" if met is None else (" ✓" if met else " ✗")))
+        for _, key in others:
+            if f"{key}_ms" in r:
+                cells += [f"{r[f'{key}_ms']:.3f} ({r[f'{key}_floor_ratio']:.1f})", _f(r[f"{key}_over_ours"], "{:.2f}×")]
             else:
-                cells += ["skipped" if "fla_skipped" in r else "–", "–", "–", "–"]
+                cells += ["skipped" if f"{key}_skipped" in r else "–", "–"]
+        cells += [_f(t.get("published", {}).get(n)) for n in published]
+        cells += [_e(r.get(f"ours_vs_{key}_out_rel")) if f"{key}_ms" in r else "–" for _, key in others]
         out.append("| " + " | ".join(cells) + " |")
     reps = rows[0]["impls"]["flash-kda"]["reps"] if rows else 0
     if cuda:
         note = (f"Median of {reps} timed calls after warm-up, CUDA events around each call; flash-kda replayed "
-                "from a CUDA graph (the Python layer's checks stay out of the time), fla called eagerly as "
-                "users call it (`chunk_kda`, Triton, FLA_FLASH_KDA=0, safe gate, lower_bound −5, fp32 state). "
-                "Floor = a device-to-device copy moving the same bytes (q, k, v, g, beta, out once each plus "
-                "the fp32 initial and final state), measured in the same run; floor ratio = time ÷ floor "
-                "(1.0 is the memory-bandwidth floor; lower is better). FlashKDA ratio and goal: BENCH.md. "
-                "“out vs fla”: relative L2 difference of the two outputs.")
+                "from a CUDA graph (the Python layer's checks stay out of the time). Floor = a device-to-device "
+                "copy moving the same bytes (q, k, v, g, beta, out once each plus the fp32 initial and final "
+                "state), measured in the same run; floor ratio = time ÷ floor (1.0 is the memory-bandwidth "
+                "floor; lower is better).")
+        if has_goal:
+            note += (" Goal: the project's target for the case, a floor ratio or, on the serving shapes (few "
+                     "heads, where the floor is tiny), a time; ✓ met, ✗ not yet.")
+        if any(key == "flashkda" for _, key in others):
+            how = sorted({r.get("flashkda_timing", "") for r in rows if "flashkda_ms" in r} - {""})
+            note += (" FlashKDA = MoonshotAI's FlashKDA (its extension `flash_kda_C`), on the same inputs with "
+                     "fp32 states (which it rounds to bf16 inside), " + ("; ".join(how) if how else "timed the same way")
+                     + ".")
+        if any(key == "fla" for _, key in others):
+            note += (" fla = flash-linear-attention's Triton `chunk_kda`, called eagerly as users call it "
+                     "(FLA_FLASH_KDA=0, safe gate, lower_bound −5, fp32 state).")
+        fk_info = part.get("flashkda") or {}
+        if fk_info.get("timed") is False:
+            note += (f" FlashKDA not timed ({fk_info.get('why')}): its extension `flash_kda_C` must be importable "
+                     "(e.g. its folder on PYTHONPATH).")
+        note += " “X ÷ flash-kda” > 1: flash-kda is faster. “out vs X”: relative L2 difference of the outputs."
+        for n in published:
+            note += f" {n} (published): {PUBLISHED.get(n, 'a published figure, not measured here')}."
     else:
         note = (f"CPU backend (`backend=\"cpu\"`, fp32 chunked, multi-threaded). Median of {reps} calls after "
                 "warm-up, `time.perf_counter`; floor = a host memcpy (`numpy.copyto`) of the same bytes in the "
                 "same run.")
-    skipped = [f"`{r['case']}` ({r['fla_skipped']})" for r in rows if "fla_skipped" in r]
+    for name, key in others:
+        skipped = [f"`{r['case']}` ({r[f'{key}_skipped']})" for r in rows if f"{key}_skipped" in r]
+        if skipped:
+            note += f" {name} skipped on " + ", ".join(skipped) + "."
     errors = [f"`{r['case']}`: {r['fla_error']}" for r in rows if "fla_error" in r]
-    if skipped:
-        note += " fla skipped on " + ", ".join(skipped) + "."
     if errors:
         note += " **fla errors:** " + "; ".join(errors) + "."
     return "\n".join(out) + "\n\n" + note
@@ -237,6 +321,7 @@ def md_speed(part):
 
 def md_accuracy(part):
     from .accuracy import LIMITS
+    from .cases import ACCURACY_CASES
 
     rows = part["rows"]
     impls = []
@@ -252,7 +337,9 @@ def md_accuracy(part):
     for r in rows:
         seqs = (f"{r['N']} × {r['T'] // r['N']}" if r.get("lens") is None
                 else f"{r['N']} (lengths {min(r['lens'])}–{max(r['lens'])})")
-        cells = [f"`{r['case']}`", r["what"].replace("|", "\\|"), seqs, str(r["B"] * r["T"]),
+        # the suite's current words for a known case (older files cite a file outside the repository)
+        what = ACCURACY_CASES.get(r["case"], {}).get("what", r["what"])
+        cells = [f"`{r['case']}`", what.replace("|", "\\|"), seqs, str(r["B"] * r["T"]),
                  str(r["H"]) + (f" ({r['heads_checked']} compared)" if r.get("heads_checked", r["H"]) < r["H"] else "")]
         for n in impls:
             m = r["impls"].get(n)
@@ -265,7 +352,7 @@ def md_accuracy(part):
     note = (f"Relative L2 error against the float64 recurrence (`flash_kda.reference`) on the same bf16 inputs, "
             f"fp32 initial and final state, lower_bound −5, over every token of the heads compared (the "
             f"reference computes the first 8; every element of every head must be written: outputs are "
-            f"poisoned with NaN). Limits (SPEC.md): out ≤ {LIMITS['out']:g}, "
+            f"poisoned with NaN). Limits (docs/spec.md): out ≤ {LIMITS['out']:g}, "
             f"fp32 state ≤ {LIMITS['state']:g} (goal {LIMITS['out_goal']:g} / {LIMITS['state_goal']:g}); ✗ marks "
             "a figure above the limit. bf16 floor = the error of rounding the exact out to bf16.")
     return "\n".join(out) + "\n\n" + note
@@ -310,17 +397,20 @@ def md_summary(parts):
         rows = sp["rows"]
         ratios = [r["floor_ratio"] for r in rows]
         text = f"- speed: floor ratio {min(ratios):.2f}–{max(ratios):.2f} over {len(rows)} cases"
-        anchored = [r for r in rows if r.get("anchor")]
-        if anchored:
-            below = sum(r["floor_ratio"] < r["anchor"]["flashkda_ratio"] for r in anchored)
-            goal = sum(r["floor_ratio"] <= r["anchor"]["goal_ratio"] for r in anchored)
-            text += (f"; below FlashKDA's ratio on {below} of {len(anchored)} BENCH.md cases, at or under the "
-                     f"goal on {goal}")
-        fla = [r["fla_over_ours"] for r in rows if "fla_over_ours" in r]
-        if fla:
-            gm = math.exp(sum(math.log(x) for x in fla) / len(fla))
-            text += (f"; fla ÷ flash-kda {min(fla):.2f}–{max(fla):.2f}× (geometric mean {gm:.2f}×, "
-                     f"{len(fla)} cases)")
+        met = [goal_met(r) for r in rows if goal_met(r) is not None]
+        if met:
+            text += f"; at or under the goal on {sum(met)} of {len(met)} cases with one"
+        for name, key in OTHERS:
+            xs = [r[f"{key}_over_ours"] for r in rows if f"{key}_over_ours" in r]
+            if xs:
+                gm = math.exp(sum(math.log(x) for x in xs) / len(xs))
+                text += (f"; {name} ÷ flash-kda {min(xs):.2f}–{max(xs):.2f}× (geometric mean {gm:.2f}×; "
+                         f"flash-kda faster on {sum(x > 1 for x in xs)} of {len(xs)} cases)")
+        for n in published_sources(rows):
+            pub = [(r["ours_ms"], row_targets(r)["published"][n]) for r in rows
+                   if n in row_targets(r).get("published", {})]
+            text += (f"; faster than {n}'s published time on {sum(o < p for o, p in pub)} of {len(pub)} cases "
+                     f"where it has one")
         lines.append(text)
     ac = parts.get("accuracy")
     if ac and ac["rows"]:
@@ -332,7 +422,7 @@ def md_summary(parts):
             worst_out, worst_state = (_worst([m[k] for m in ms]) for k in ("out_rel", "state_rel"))
             ok = all(m["out_ok"] and m["state_ok"] for m in ms)
             lines.append(f"- accuracy, {n}: worst out {_e(worst_out)}, worst final state {_e(worst_state)} over "
-                         f"{len(ms)} input distributions ({'within' if ok else '**outside**'} SPEC.md's limits)")
+                         f"{len(ms)} input distributions ({'within' if ok else '**outside**'} the limits of docs/spec.md)")
     e2 = parts.get("e2e")
     if e2 and e2["rows"]:
         for r in e2["rows"]:
@@ -406,75 +496,130 @@ def plot(results, out_dir):
 
 
 def _save(plt, fig, out_dir, name):
-    """Lays out, writes OUT_DIR/NAME and closes the figure; returns the path."""
+    """Lays out, writes OUT_DIR/NAME (cropped to what is drawn, legends below the axes included) and
+    closes the figure; returns the path."""
     fig.tight_layout()
     path = os.path.join(out_dir, name)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.15)
     plt.close(fig)
     return path
 
 
-def _bars(ax, labels, series, log=False, errs=None):
-    """Grouped bars: series = [(name, values, color)]; errs = {name: (lo, hi)} absolute."""
+def _title(fig, what, device, ax=None, fontsize=11):
+    """A title that fits: `what` on the first line, the device below in a smaller font, wrapped to the
+    width of the figure (or of `ax`'s share of it)."""
+    import textwrap
+
+    width_in = fig.get_figwidth() * (ax.get_position().width if ax is not None else 0.9)
+    chars = max(30, int(width_in * 72 / (0.6 * (fontsize - 2))))  # ~0.6 em per character
+    sub = "\n".join(textwrap.wrap(device, chars)) if device else ""
+    text = what + (f"\n{sub}" if sub else "")
+    if ax is None:
+        fig.suptitle(text, fontsize=fontsize - 1)
+    else:
+        ax.set_title(text, fontsize=fontsize - 1)
+
+
+# Bars of values spanning more than this factor are drawn on a log scale (the small ones stay visible).
+LOG_SPAN = 20.0
+
+
+def _wants_log(values):
+    vals = [v for v in values if v is not None and v == v and v > 0]
+    return bool(vals) and max(vals) / min(vals) > LOG_SPAN
+
+
+def _bars(ax, labels, series, log=None, errs=None):
+    """Grouped bars: series = [(name, values, style)], style a colour or a dict of bar options;
+    errs = {name: (lo, hi)} absolute. log: None picks a log scale when the values span more than
+    LOG_SPAN. Returns (x positions of the groups, bar width, whether the scale is log)."""
     import numpy as np
 
+    if log is None:
+        log = _wants_log([v for _, values, _ in series for v in values])
     n = len(series)
     width = 0.8 / max(n, 1)
     x = np.arange(len(labels))
-    for i, (name, values, color) in enumerate(series):
+    for i, (name, values, style) in enumerate(series):
         vals = [np.nan if v is None else v for v in values]
         yerr = None
         if errs and name in errs:
             lo, hi = errs[name]
             yerr = [[max(v - a, 0) if v is not None and a is not None else 0 for v, a in zip(values, lo)],
                     [max(b - v, 0) if v is not None and b is not None else 0 for v, b in zip(values, hi)]]
-        ax.bar(x + (i - (n - 1) / 2) * width, vals, width, label=name, color=color, yerr=yerr, capsize=2)
+        opts = style if isinstance(style, dict) else {"color": style}
+        ax.bar(x + (i - (n - 1) / 2) * width, vals, width, label=name, yerr=yerr, capsize=2, **opts)
     ax.set_xticks(x)
     ax.set_xticklabels(labels, rotation=30, ha="right")
     if log:
         ax.set_yscale("log")
-    ax.grid(axis="y", alpha=0.3)
-    return x, width
+        vals = [v for _, values, _ in series for v in values if v is not None and v == v and v > 0]
+        ax.set_ylim(min(vals) / 2, max(vals) * 2)  # the smallest bar stays visible above the axis
+        ax.grid(axis="y", which="both", alpha=0.3)
+    else:
+        ax.grid(axis="y", alpha=0.3)
+    return x, width, log
+
+
+def _legend_below(ax, ncol=3, below=-0.22):
+    """The legend under the axes (and their tick labels), where it hides no bar."""
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, below), ncol=ncol, framealpha=0.9)
+
+
+def _goal_marks(ax, x, goals, label):
+    """A dashed line across each group with a goal (None: none); one legend entry."""
+    if not any(g is not None for g in goals):
+        return
+    for xi, g in zip(x, goals):
+        if g is not None:
+            ax.hlines(g, xi - 0.45, xi + 0.45, colors="k", linestyles="--", linewidth=1)
+    ax.plot([], [], "k--", linewidth=1, label=label)
+
+
+# Colours of the implementations, the same in every plot.
+COLORS = {"flash-kda": "C0", "FlashKDA": "C2", "fla": "C1"}
+PUBLISHED_STYLE = dict(color="white", edgecolor="0.2", hatch="//", linewidth=0.8)
 
 
 def _plot_speed(plt, part, out_dir, device):
     rows = part["rows"]
     labels = [r["case"] for r in rows]
     cuda = part.get("meta", {}).get("backend") == "cuda"
-    series = [("flash-kda", [r["ours_ms"] for r in rows], "C0")]
+    size = (max(7, 1.2 * len(rows) + 2), 5)
+
+    series = [("flash-kda", [r["ours_ms"] for r in rows], COLORS["flash-kda"])]
     errs = {"flash-kda": ([r["impls"]["flash-kda"]["min_ms"] for r in rows],
                           [r["impls"]["flash-kda"]["max_ms"] for r in rows])}
-    if any("fla_ms" in r for r in rows):
-        series.append(("fla (Triton)", [r.get("fla_ms") for r in rows], "C1"))
-    if any("anchor" in r for r in rows):
-        series.append(("FlashKDA (BENCH.md)", [(r.get("anchor") or {}).get("flashkda_ms") for r in rows], "C2"))
-    series.append(("floor (copy of the same bytes)", [r["floor_ms"] for r in rows], "0.6"))
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows) + 2), 4.5))
-    _bars(ax, labels, series, errs=errs)
-    ax.set_ylabel("ms per call (median; flash-kda: min–max)")
-    ax.set_title(f"Prefill time per case — {device}")
-    ax.set_ylim(0, ax.get_ylim()[1] * 1.3)
-    ax.legend(fontsize=8, loc="upper left", framealpha=0.9, ncol=2)
+    for name, key in OTHERS:
+        if any(f"{key}_ms" in r for r in rows):
+            series.append((name if key != "fla" else "fla (Triton)", [r.get(f"{key}_ms") for r in rows], COLORS[name]))
+    for n in published_sources(rows):
+        series.append((f"{n} (published, H200)", [row_targets(r).get("published", {}).get(n) for r in rows],
+                       PUBLISHED_STYLE))
+    series.append((f"floor ({'copy' if cuda else 'host memcpy'} of the same bytes)", [r["floor_ms"] for r in rows],
+                   "0.6"))
+    fig, ax = plt.subplots(figsize=size)
+    x, _, log = _bars(ax, labels, series, errs=errs)
+    _goal_marks(ax, x, [row_targets(r).get("goal_ms") for r in rows], "goal (ms)")
+    ax.set_ylabel("ms per call (median; flash-kda: min–max)" + (", log scale" if log else ""))
+    _title(fig, "Prefill time per case", device, ax=ax)
+    _legend_below(ax, ncol=min(3, len(series) + 1))
     p1 = _save(plt, fig, out_dir, "speed.png")
 
-    series = [("flash-kda", [r["floor_ratio"] for r in rows], "C0")]
-    if any("fla_ms" in r for r in rows):
-        series.append(("fla (Triton)", [r.get("fla_floor_ratio") for r in rows], "C1"))
-    if any("anchor" in r for r in rows):
-        series.append(("FlashKDA (BENCH.md)", [(r.get("anchor") or {}).get("flashkda_ratio") for r in rows], "C2"))
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows) + 2), 4.5))
-    x, width = _bars(ax, labels, series)
-    goals = [(r.get("anchor") or {}).get("goal_ratio") for r in rows]
-    if any(g is not None for g in goals):
-        for xi, g in zip(x, goals):
-            if g is not None:
-                ax.hlines(g, xi - 0.45, xi + 0.45, colors="k", linestyles="--", linewidth=1)
-        ax.plot([], [], "k--", linewidth=1, label="goal (BENCH.md)")
+    series = [("flash-kda", [r["floor_ratio"] for r in rows], COLORS["flash-kda"])]
+    for name, key in OTHERS:
+        if any(f"{key}_ms" in r for r in rows):
+            series.append((name if key != "fla" else "fla (Triton)", [r.get(f"{key}_floor_ratio") for r in rows],
+                           COLORS[name]))
+    fig, ax = plt.subplots(figsize=size)
+    x, _, log = _bars(ax, labels, series)
+    _goal_marks(ax, x, [row_targets(r).get("goal_ratio") for r in rows], "goal (floor ratio)")
     ax.axhline(1.0, color="0.5", linewidth=0.8)
-    ax.set_ylabel("time ÷ copy floor (lower is better)")
-    ax.set_title(f"Floor ratio per case — {device}" + ("" if cuda else " (host memcpy floor)"))
-    ax.set_ylim(0, ax.get_ylim()[1] * 1.3)
-    ax.legend(fontsize=8, loc="upper left", framealpha=0.9, ncol=2)
+    if not log:
+        ax.set_ylim(0, ax.get_ylim()[1])
+    ax.set_ylabel("time ÷ copy floor (lower is better)" + (", log scale" if log else ""))
+    _title(fig, "Floor ratio per case" + ("" if cuda else " (floor: a host memcpy)"), device, ax=ax)
+    _legend_below(ax, ncol=min(4, len(series) + 1))
     p2 = _save(plt, fig, out_dir, "floor_ratio.png")
     return [p1, p2]
 
@@ -509,7 +654,7 @@ def _plot_accuracy(plt, part, out_dir, device):
             ax.plot([xi + (n - 1 - (n - 1) / 2) * step for xi in x], y, linestyle="none", marker="_", color="0.3",
                     markersize=14, markeredgewidth=2, label="bf16 rounding of the exact out")
             vals += [v for v in y if v > 0]
-        ax.axhline(limit, color="r", linestyle="--", linewidth=1, label=f"SPEC limit {limit:g}")
+        ax.axhline(limit, color="r", linestyle="--", linewidth=1, label=f"limit {limit:g} (docs/spec.md)")
         ax.set_yscale("log")
         ax.set_ylim(min(vals) / 3, max(vals) * 3)
         ax.set_xticks(x)
@@ -517,7 +662,7 @@ def _plot_accuracy(plt, part, out_dir, device):
         ax.grid(axis="y", which="both", alpha=0.3)
         ax.set_title(f"{what}: rel. L2 error vs float64")
         ax.legend(fontsize=7)
-    fig.suptitle(f"Accuracy — {device}", fontsize=10)
+    _title(fig, "Accuracy against float64", device)
     return [_save(plt, fig, out_dir, "accuracy.png")]
 
 
@@ -529,25 +674,25 @@ def _plot_e2e(plt, part, out_dir, device):
     rows = part["rows"]
     labels = [f"{r['config']}\n{'+MLP' if r['mlp'] else 'KDA only'}, {_tokens(r['tokens'])}" for r in rows]
     fig, axes = plt.subplots(1, 2, figsize=(max(9, 2.0 * len(rows) + 3), 4.8))
-    _bars(axes[0], labels, [("fla (Triton)", [1.0 for r in rows], "C1"),
+    _bars(axes[0], labels, log=False, series=[("fla (Triton)", [1.0 for r in rows], "C1"),
                             ("flash-kda", [r["t_flash_kda_ms"] / r["t_fla_ms"] for r in rows], "C0"),
                             ("no-op KDA (the rest of the stack)", [r["t_noop_ms"] / r["t_fla_ms"] for r in rows], "0.6")])
     for i, r in enumerate(rows):
         axes[0].annotate(f"{r['t_fla_ms']:.1f} ms", (i, 1.0), ha="center", va="bottom", fontsize=6)
     axes[0].set_ylabel("stack time ÷ fla's stack time (median)")
     axes[0].set_title("Layer-stack prefill time (fla = 1)")
-    axes[0].legend(fontsize=7, loc="lower right")
-    _bars(axes[1], labels, [("kernel speedup s", [r["s"] for r in rows], "C2"),
+    _legend_below(axes[0], ncol=2, below=-0.14)
+    _bars(axes[1], labels, log=False, series=[("kernel speedup s", [r["s"] for r in rows], "C2"),
                             ("Amdahl 1/(1-f+f/s)", [r["amdahl"] for r in rows], "C4"),
                             ("measured", [r["measured"] for r in rows], "C0")])
     axes[1].axhline(1.0, color="0.5", linewidth=0.8)
     axes[1].set_ylabel("speedup over fla (×)")
     axes[1].set_title("Speedup: kernel, predicted, measured")
-    axes[1].legend(fontsize=7)
+    _legend_below(axes[1], ncol=3, below=-0.14)
     for ax in axes:
         ax.tick_params(axis="x", labelsize=7)
         for lab in ax.get_xticklabels():
             lab.set_rotation(0)
             lab.set_ha("center")
-    fig.suptitle(f"End-to-end — {device}", fontsize=10)
+    _title(fig, "End-to-end prefill", device)
     return [_save(plt, fig, out_dir, "e2e.png")]

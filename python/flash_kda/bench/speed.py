@@ -1,17 +1,21 @@
-"""The prefill speed suite (BENCH.md's protocol).
+"""The prefill speed suite.
 
 For every case, in one process and on the same inputs:
   * flash-kda: on CUDA our call is captured once in a CUDA graph and replayed (the Python layer's
     checks, e.g. the host copy of cu_seqlens, stay out of the kernel time); CUDA events around
     each replay, warm-up, median of ``reps``. On the CPU backend: time.perf_counter around each call.
-  * the floor: a copy moving the same bytes (BENCH.md: q, k, v, g, beta, out once each plus the
-    fp32 initial and final state), device-to-device on CUDA (torch ``copy_`` of bytes/2 onto
-    bytes/2), a host memcpy (``numpy.copyto``) on the CPU; measured in the same run.
+  * the floor: a copy moving the same bytes (q, k, v, g, beta, out once each plus the fp32
+    initial and final state: cases.nbytes), device-to-device on CUDA (torch ``copy_`` of bytes/2
+    onto bytes/2), a host memcpy (``numpy.copyto``) on the CPU; measured in the same run.
   * fla (CUDA, when importable): flash-linear-attention's Triton ``chunk_kda`` with
     FLA_FLASH_KDA=0 (so it does not dispatch to flash-kda), called eagerly as users call it,
     safe gate, lower_bound -5, fp32 state. Its first call for a new H autotunes (1-2 minutes).
+  * FlashKDA (CUDA, when its extension ``flash_kda_C`` is importable: flash_kda.bench.flashkda):
+    the same inputs and fp32 states, its own outputs and workspace, replayed from a CUDA graph as
+    ours is (eager calls where its call cannot be captured; the row says which).
 
-Floor ratio = our median / copy median (lower is better, 1.0 is the memory-bandwidth floor).
+Floor ratio = median / copy median (lower is better, 1.0 is the memory-bandwidth floor); every
+other implementation's median is also given over ours (``fla_over_ours``, ``flashkda_over_ours``).
 """
 
 from __future__ import annotations
@@ -28,8 +32,7 @@ import flash_kda
 from . import cases as C
 from .timing import Progress, summarize, time_cuda, time_host
 
-SCALE = C.K ** -0.5
-LOWER_BOUND = -5.0
+SCALE, LOWER_BOUND = C.SCALE, C.LOWER_BOUND
 
 
 @contextlib.contextmanager
@@ -103,10 +106,10 @@ def _case_cpu(case, rng, reps, warmup, backend):
 # CUDA (torch tensors)
 
 
-def _cuda_inputs(torch, case, gen):
+def _cuda_inputs(torch, case, gen, dev="cuda"):
+    """Fresh random torch inputs of a case on `dev` (the tests build them on the CPU)."""
     B, T, N, cu = C.expand(case)
     H, D = case["H"], C.K
-    dev = "cuda"
     rnd = lambda *s: torch.randn(*s, generator=gen, device=dev).to(torch.bfloat16)  # noqa: E731
     x = dict(q=rnd(B, T, H, D), k=rnd(B, T, H, D), v=rnd(B, T, H, D), g=rnd(B, T, H, D), beta=rnd(B, T, H),
              A_log=torch.rand(H, generator=gen, device=dev),
@@ -136,11 +139,14 @@ def call_fla(chunk_kda, x):
 
 
 def run_cuda(cases, reps=30, warmup=5, seed=None, progress=True, fla_cases=(), fla_budget_s=None,
-             on_row=None):
-    """Times flash-kda (CUDA graph replay), the copy floor and fla on each case; returns the rows.
+             flashkda=None, on_row=None):
+    """Times flash-kda (CUDA graph replay), the copy floor, fla and FlashKDA on each case; returns
+    the rows.
 
     fla runs on the cases named in `fla_cases`; with `fla_budget_s`, a case whose H fla has not
-    seen yet (a new autotuning) is skipped once that many seconds have passed in this suite."""
+    seen yet (a new autotuning) is skipped once that many seconds have passed in this suite.
+    `flashkda`: FlashKDA's extension module (flash_kda.bench.flashkda.load), timed on every case,
+    or None."""
     import torch
 
     os.environ["FLA_FLASH_KDA"] = "0"  # fla times its own Triton path, not a dispatch to us
@@ -162,7 +168,7 @@ def run_cuda(cases, reps=30, warmup=5, seed=None, progress=True, fla_cases=(), f
                 if (case["H"] not in fla_seen_h and fla_budget_s is not None
                         and time.perf_counter() - t_start > fla_budget_s):
                     fla = f"time budget ({fla_budget_s:.0f} s) spent before a new H"
-            rows.append(_case_cuda(torch, case, gen, reps, warmup, fla, case["H"] in fla_seen_h, bar))
+            rows.append(_case_cuda(torch, case, gen, reps, warmup, fla, case["H"] in fla_seen_h, flashkda, bar))
             if "fla" in rows[-1]["impls"]:
                 fla_seen_h.add(case["H"])
             bar.write(_line(rows[-1]))
@@ -173,9 +179,18 @@ def run_cuda(cases, reps=30, warmup=5, seed=None, progress=True, fla_cases=(), f
     return rows
 
 
-def _case_cuda(torch, case, gen, reps, warmup, fla, fla_tuned, bar):
-    """One case: flash-kda from a CUDA graph, the copy floor, and fla (a chunk_kda, or the reason it
-    is skipped, or None)."""
+def _capture(torch, fn):
+    """A CUDA graph of one call of fn (after a synchronisation; fn has been called eagerly once)."""
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
+def _case_cuda(torch, case, gen, reps, warmup, fla, fla_tuned, fk, bar):
+    """One case: flash-kda from a CUDA graph, the copy floor, fla (a chunk_kda, or the reason it is
+    skipped, or None) and FlashKDA (its extension module, or None)."""
     x = _cuda_inputs(torch, case, gen)
     nb = C.nbytes(case)
     src = torch.empty(nb // 2, dtype=torch.uint8, device="cuda").fill_(1)
@@ -186,13 +201,11 @@ def _case_cuda(torch, case, gen, reps, warmup, fla, fla_tuned, bar):
                       LOWER_BOUND, x["h0"], x["ht"], x["cu"])
 
     ours()  # eager first call: every argument check (cu_seqlens contents too)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        ours()
+    graph = _capture(torch, ours)
     impls = {"flash-kda": summarize(time_cuda(torch, graph.replay, reps, warmup))}
     t_copy = time_cuda(torch, lambda: dst.copy_(src), reps, warmup)
     extra = {}
+    others = {}  # key -> (out, final state) of another implementation, compared with ours below
     if isinstance(fla, str):
         extra["fla_skipped"] = fla
     elif fla is not None:
@@ -204,21 +217,63 @@ def _case_cuda(torch, case, gen, reps, warmup, fla, fla_tuned, bar):
 
         with count_fwd_calls() as dispatched:
             impls["fla"] = summarize(time_cuda(torch, fla_call, reps, warmup=3))
-            o_fla, s_fla = fla_call()
+            others["fla"] = fla_call()
         if dispatched[0]:
             extra["fla_error"] = f"fla dispatched {dispatched[0]} calls to flash_kda.fwd"
+    if fk is not None:
+        bar.step(f"{case['name']}: FlashKDA")
+        fk_result = _time_flashkda(torch, fk, x, case, reps, warmup)
+        if "summary" in fk_result:
+            impls["FlashKDA"] = fk_result.pop("summary")
+            others["flashkda"] = fk_result.pop("outputs")
+        extra.update(fk_result)
+    if others:
         graph.replay()  # our out and final state on the same inputs
         torch.cuda.synchronize()
-        for key, ours_t, fla_t in (("out", x["out"], o_fla), ("state", x["ht"], s_fla)):
-            ref = fla_t.float()
-            extra[f"ours_vs_fla_{key}_rel"] = float((ours_t.float() - ref).norm() / ref.norm())
-    return _row(case, nb, impls, summarize(t_copy), **extra)
+        for key, (o, s) in others.items():
+            for what, ours_t, theirs in (("out", x["out"], o), ("state", x["ht"], s)):
+                ref = theirs.float()
+                extra[f"ours_vs_{key}_{what}_rel"] = float((ours_t.float() - ref).norm() / ref.norm())
+    return _row(case, nb, impls, summarize(t_copy), device="cuda", **extra)
+
+
+def _time_flashkda(torch, fk, x, case, reps, warmup):
+    """FlashKDA on the case's inputs: {"summary": its times, "outputs": (out, final state),
+    "flashkda_timing": how it was timed}, or {"flashkda_skipped": why} when it rejects the call.
+    Like ours it is replayed from a CUDA graph (the host side of the call stays out of the time);
+    where its call cannot be captured, its eager calls are timed, and the row says so."""
+    from . import flashkda
+
+    try:
+        call, out, final_state = flashkda.make_call(fk, torch, x, case)
+        call()  # eager first call: FlashKDA's own argument checks
+        torch.cuda.synchronize()
+    except RuntimeError as e:  # its checks raise RuntimeError (TORCH_CHECK)
+        return {"flashkda_skipped": f"FlashKDA rejected the call: {_first_line(e, 200)}"}
+    timed, how = call, "CUDA graph replay"
+    try:
+        timed = _capture(torch, call).replay
+    except RuntimeError as e:
+        torch.cuda.synchronize()
+        how = f"eager calls (its CUDA graph capture failed: {_first_line(e, 120)})"
+    summary = summarize(time_cuda(torch, timed, reps, warmup))
+    timed()
+    torch.cuda.synchronize()
+    return {"summary": summary, "outputs": (out, final_state), "flashkda_timing": how}
+
+
+def _first_line(error, limit):
+    lines = str(error).strip().splitlines()
+    return (lines[0] if lines else type(error).__name__)[:limit]
 
 
 # ---------------------------------------------------------------------------------------------
 
 
-def _row(case, nb, impls, copy, **extra):
+def _row(case, nb, impls, copy, device="cpu", **extra):
+    """One case's row of the results: shape, bytes, every implementation's times, the floor and,
+    per implementation, its median, floor ratio and time over flash-kda's (`fla_over_ours`,
+    `flashkda_over_ours`); on CUDA the suite's goal and published times for the case (`targets`)."""
     B, T, N, _ = C.expand(case)
     row = dict(case=case["name"], batch=C.describe(case), lens=case.get("lens"), B=B, T=T, N=N, H=case["H"],
                bytes=nb, floor=copy, impls=impls)
@@ -226,13 +281,14 @@ def _row(case, nb, impls, copy, **extra):
     row["floor_ms"] = copy["median_ms"]
     row["ours_ms"] = ours
     row["floor_ratio"] = ours / copy["median_ms"]
-    if "fla" in impls:
-        row["fla_ms"] = impls["fla"]["median_ms"]
-        row["fla_floor_ratio"] = row["fla_ms"] / copy["median_ms"]
-        row["fla_over_ours"] = row["fla_ms"] / ours
-    suite_case = C.GPU_CASES.get(case["name"])
-    if suite_case is not None and all(case.get(k) == suite_case.get(k) for k in ("B", "T", "H", "lens")):
-        row["anchor"] = C.ANCHORS[case["name"]]  # BENCH.md's figures for this very case
+    for name, key in (("fla", "fla"), ("FlashKDA", "flashkda")):
+        if name in impls:
+            row[f"{key}_ms"] = impls[name]["median_ms"]
+            row[f"{key}_floor_ratio"] = row[f"{key}_ms"] / copy["median_ms"]
+            row[f"{key}_over_ours"] = row[f"{key}_ms"] / ours
+    targets = C.targets(case) if device == "cuda" else {}
+    if targets:
+        row["targets"] = targets
     row.update(extra)
     return row
 
@@ -240,8 +296,9 @@ def _row(case, nb, impls, copy, **extra):
 def _line(row):
     text = (f"{row['case']:<14s} flash-kda {row['ours_ms']:8.3f} ms  floor {row['floor_ms']:7.3f} ms  "
             f"ratio {row['floor_ratio']:6.2f}")
-    if "fla_ms" in row:
-        text += f"  fla {row['fla_ms']:8.3f} ms ({row['fla_over_ours']:.2f}x)"
-    elif "fla_skipped" in row:
-        text += f"  fla skipped: {row['fla_skipped']}"
+    for key, name in (("fla", "fla"), ("flashkda", "FlashKDA")):
+        if f"{key}_ms" in row:
+            text += f"  {name} {row[f'{key}_ms']:8.3f} ms ({row[f'{key}_over_ours']:.2f}x)"
+        elif f"{key}_skipped" in row:
+            text += f"  {name} skipped: {row[f'{key}_skipped']}"
     return text

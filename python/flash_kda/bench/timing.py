@@ -39,7 +39,7 @@ def time_host(fn, reps, warmup=1):
 
 
 def time_cuda(torch, fn, reps, warmup=5):
-    """CUDA timing (BENCH.md): warm-up, then `reps` calls, each between two CUDA events on the
+    """CUDA timing: warm-up, then `reps` calls, each between two CUDA events on the
     current stream and synchronised before the next (ms)."""
     for _ in range(warmup):
         fn()

@@ -19,6 +19,8 @@ constexpr int64_t kStateBytes = sm90::KdaDims::kDim * sm90::KdaDims::kDim * 4;  
 // (~2 us) and pass 1 and 3 restart latency.
 constexpr int64_t kMinSegmentChunks = 16;
 constexpr size_t kAlign = 256;
+// kAuto runs the fused kernel when no sequence can be longer than this (chunks).
+constexpr int64_t kShortChunks = 32;
 
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
@@ -54,9 +56,12 @@ HostPlan make_plan(const FwdParams& p, int sm_count) {
     // Pairs that fill the GPU: the fused kernel (measured faster on every such BENCH row). A packed
     // batch may still hide one long sequence that only a split helps: the device decides, where a
     // split is possible at all (m >= 3 below, i.e. HV <= SMs / 3).
+    // Short prompts: the fused kernel's one launch and no workspace (the prepared plans cost 3-5
+    // launches, ~10 us of host time, for a walk of at most 32 chunks).
+    const bool short_walk = ceil_div(p.seqlen, kChunk) <= kShortChunks;
     const bool filled = N * HV >= sm_count;
-    h.kind = filled ? FwdPlan::kFused : FwdPlan::kSplit;
-    if (filled && p.cu_seqlens != nullptr && N > 1 && 3 * HV <= sm_count) {
+    h.kind = filled || short_walk ? FwdPlan::kFused : FwdPlan::kSplit;
+    if (filled && !short_walk && p.cu_seqlens != nullptr && N > 1 && 3 * HV <= sm_count) {
       h.kind = FwdPlan::kSplit;
       h.device_decides = true;
     }

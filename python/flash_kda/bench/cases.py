@@ -42,6 +42,8 @@ SERVING_CASES = {
     "fixed12": dict(B=1, T=8192, H=12, goal_ms=0.12),
     "h8_8k": dict(B=1, T=8192, H=8, goal_ms=0.10, published={"cuLA": 0.318}),
     "mix20k": dict(lens=[20000] + [300] * 15, H=8),
+    # the same long prompt among 31 short ones: the (sequence, head) pairs fill the GPU
+    "mix20kx31": dict(lens=[20000] + [300] * 31, H=8),
     "h4_64k": dict(B=1, T=65536, H=4, goal_ms=0.40, published={"cuLA": 0.97}),
 }
 

@@ -89,6 +89,21 @@ double real_number(const char* name, nb::handle h) {
 void set_dtype(TensorArg& t, const nb::dlpack::dtype& d, bool bf16_bits) {
   using Code = nb::dlpack::dtype_code;
   const auto code = Code(d.code);
+  if (d.lanes == 1) {
+    if (d.bits == 16 && (code == Code::Bfloat || (bf16_bits && (code == Code::UInt || code == Code::Int))))
+      t.dtype = DType::kBF16;
+    else if (d.bits == 32 && code == Code::Float)
+      t.dtype = DType::kF32;
+    else if (d.bits == 32 && code == Code::Int)
+      t.dtype = DType::kI32;
+    else if (d.bits == 64 && code == Code::Int)
+      t.dtype = DType::kI64;
+    else if (d.bits == 8 && code == Code::UInt)
+      t.dtype = DType::kU8;
+    else if (d.bits == 8 && code == Code::Bool)
+      t.dtype = DType::kBool;
+  }
+  if (t.dtype != DType::kNone) return;  // the words are only needed for a message
   const char* kind = "dtype-code-";
   switch (code) {
     case Code::Int: kind = "int"; break;
@@ -100,20 +115,7 @@ void set_dtype(TensorArg& t, const nb::dlpack::dtype& d, bool bf16_bits) {
     default: break;
   }
   t.dtype_text = code == Code::Bool ? std::string("bool") : cat(kind, int(d.bits));
-  if (d.lanes != 1) return;
-  if (d.bits == 16 && (code == Code::Bfloat || (bf16_bits && (code == Code::UInt || code == Code::Int))))
-    t.dtype = DType::kBF16;
-  else if (d.bits == 32 && code == Code::Float)
-    t.dtype = DType::kF32;
-  else if (d.bits == 32 && code == Code::Int)
-    t.dtype = DType::kI32;
-  else if (d.bits == 64 && code == Code::Int)
-    t.dtype = DType::kI64;
-  else if (d.bits == 8 && code == Code::UInt)
-    t.dtype = DType::kU8;
-  else if (d.bits == 8 && code == Code::Bool)
-    t.dtype = DType::kBool;
-  if (t.dtype != DType::kNone) t.dtype_text.clear();
+  if (d.lanes != 1) t.dtype_text += cat("x", int(d.lanes));
 }
 
 TensorArg describe(const OptArray& a, int index, uint64_t bf16_bits, uint64_t read_only) {

@@ -79,10 +79,19 @@ bool has_shape(const TensorArg& t, std::initializer_list<int64_t> shape) {
   return true;
 }
 
-Status expect_shape(const char* name, const TensorArg& t, std::initializer_list<int64_t> shape,
-                    const std::string& text) {
+// The expected shape's text is a string or a function returning one: it is only built for the
+// message (a call that passes builds no strings: the eager route's host overhead, docs/torch.md).
+inline std::string text_of(const char* t) { return t; }
+inline const std::string& text_of(const std::string& t) { return t; }
+template <class F, class = decltype(std::declval<F>()())>
+std::string text_of(const F& f) {
+  return f();
+}
+
+template <class Text>
+Status expect_shape(const char* name, const TensorArg& t, std::initializer_list<int64_t> shape, const Text& text) {
   if (has_shape(t, shape)) return Status::Ok();
-  return invalid(cat(name, ": expected shape ", text, " (got ", shape_text(t), ")"));
+  return invalid(cat(name, ": expected shape ", text_of(text), " (got ", shape_text(t), ")"));
 }
 
 bool is_contiguous(const TensorArg& t) {
@@ -176,10 +185,10 @@ Status problem_params(const CallArgs& a, ProblemParams* p, int64_t* N) {
     return invalid(cat("v: number of value heads HV=", HV, " must be a multiple of the q/k heads H=", H));
   FLASH_KDA_RETURN_IF_ERROR(expect_shape("k", a.k, {B, T, H, K}, "[B, T, H, K] like q"));
   FLASH_KDA_RETURN_IF_ERROR(
-      expect_shape("g", a.g, {B, T, HV, K}, cat("[B, T, HV, K] = [", B, ", ", T, ", ", HV, ", ", K, "]")));
-  FLASH_KDA_RETURN_IF_ERROR(expect_shape("beta", a.beta, {B, T, HV}, cat("[B, T, HV] = [", B, ", ", T, ", ", HV, "]")));
+      expect_shape("g", a.g, {B, T, HV, K}, [&] { return cat("[B, T, HV, K] = [", B, ", ", T, ", ", HV, ", ", K, "]"); }));
+  FLASH_KDA_RETURN_IF_ERROR(expect_shape("beta", a.beta, {B, T, HV}, [&] { return cat("[B, T, HV] = [", B, ", ", T, ", ", HV, "]"); }));
   FLASH_KDA_RETURN_IF_ERROR(expect_shape("out", a.out, {B, T, HV, V}, "[B, T, HV, V] like v"));
-  FLASH_KDA_RETURN_IF_ERROR(expect_shape("A_log", a.A_log, {HV}, cat("[HV] = [", HV, "]")));
+  FLASH_KDA_RETURN_IF_ERROR(expect_shape("A_log", a.A_log, {HV}, [&] { return cat("[HV] = [", HV, "]"); }));
   if (!has_shape(a.dt_bias, {HV, K}) && !has_shape(a.dt_bias, {HV * K}))
     return invalid(cat("dt_bias: expected shape [HV, K] = [", HV, ", ", K, "] or [HV * K] = [", HV * K, "] (got ",
                        shape_text(a.dt_bias), ")"));
@@ -287,8 +296,8 @@ Status choose_backend(const CallArgs& a, std::initializer_list<Named> tensors, P
   return Status::Ok();
 }
 
-Status expect_state(const char* name, const TensorArg& t, int64_t slots, const ProblemParams& p,
-                    const std::string& text) {
+template <class Text>
+Status expect_state(const char* name, const TensorArg& t, int64_t slots, const ProblemParams& p, const Text& text) {
   FLASH_KDA_RETURN_IF_ERROR(expect_shape(name, t, {slots, p.heads_v, p.head_dim_v, p.head_dim_k}, text));
   FLASH_KDA_RETURN_IF_ERROR(expect_no_negative_strides({name, &t}));
   return expect_contiguous(name, t);
@@ -326,17 +335,20 @@ Status fwd_params(const FwdArgs& a, FwdParams* p, int* device_id, bool data_free
   }
   if (a.initial_state.given)
     FLASH_KDA_RETURN_IF_ERROR(
-        expect_state("initial_state", a.initial_state, slots, *p, state_shape(a.state_indices.given ? "P" : "N", *p)));
+        expect_state("initial_state", a.initial_state, slots, *p,
+                     [&] { return state_shape(a.state_indices.given ? "P" : "N", *p); }));
   if (a.final_state.given) {
-    const std::string text = !a.state_indices.given  ? state_shape("N", *p)
-                             : a.initial_state.given ? cat("[P, HV, V, K] with P of initial_state (", slots, ")")
-                                                     : state_shape("P", *p);
+    const auto text = [&] {
+      return !a.state_indices.given  ? state_shape("N", *p)
+             : a.initial_state.given ? cat("[P, HV, V, K] with P of initial_state (", slots, ")")
+                                     : state_shape("P", *p);
+    };
     FLASH_KDA_RETURN_IF_ERROR(expect_state("final_state", a.final_state, slots, *p, text));
     if (a.final_state.read_only) return invalid("final_state: array is read-only");
   }
   for (Named t : {Named{"state_indices", &a.state_indices}, {"has_initial_state", &a.has_initial_state}}) {
     if (!t.t->given) continue;
-    FLASH_KDA_RETURN_IF_ERROR(expect_shape(t.name, *t.t, {N}, cat("[N] = [", N, "]")));
+    FLASH_KDA_RETURN_IF_ERROR(expect_shape(t.name, *t.t, {N}, [&] { return cat("[N] = [", N, "]"); }));
     FLASH_KDA_RETURN_IF_ERROR(expect_no_negative_strides(t));
     FLASH_KDA_RETURN_IF_ERROR(expect_contiguous(t.name, *t.t));
   }
@@ -379,7 +391,7 @@ Status decode_params(const DecodeArgs& a, DecodeParams* p, int* device_id, bool 
   // ---- the pool ----
   if (a.state.ndim != 4)
     return invalid(cat("state: expected shape ", state_shape("P", *p), " (got ", shape_text(a.state), ")"));
-  FLASH_KDA_RETURN_IF_ERROR(expect_state("state", a.state, a.state.shape[0], *p, state_shape("P", *p)));
+  FLASH_KDA_RETURN_IF_ERROR(expect_state("state", a.state, a.state.shape[0], *p, [&] { return state_shape("P", *p); }));
   if (a.state.read_only) return invalid("state: array is read-only");
 
   // ---- slot indices [N] or [N, S] (rows state_indices.stride(0) apart) ----
@@ -398,7 +410,7 @@ Status decode_params(const DecodeArgs& a, DecodeParams* p, int* device_id, bool 
   if (a.num_accepted_tokens.given) {
     if (idx.ndim != 2 || S < 2)
       return invalid("num_accepted_tokens: needs speculative state_indices [N, S] with S > 1");
-    FLASH_KDA_RETURN_IF_ERROR(expect_shape("num_accepted_tokens", a.num_accepted_tokens, {N}, cat("[N] = [", N, "]")));
+    FLASH_KDA_RETURN_IF_ERROR(expect_shape("num_accepted_tokens", a.num_accepted_tokens, {N}, [&] { return cat("[N] = [", N, "]"); }));
     FLASH_KDA_RETURN_IF_ERROR(expect_no_negative_strides({"num_accepted_tokens", &a.num_accepted_tokens}));
     FLASH_KDA_RETURN_IF_ERROR(expect_contiguous("num_accepted_tokens", a.num_accepted_tokens));
   }

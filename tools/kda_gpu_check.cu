@@ -8,9 +8,9 @@
 //   kda_gpu_check check-decode   the decode checks alone
 //   kda_gpu_check sanitize   small varlen forward and decode cases (compute-sanitizer memcheck / racecheck)
 //   kda_gpu_check bench [--reps N] [--json FILE] [case ...]
-//                            BENCH.md prefill cases: median time, copy floor in the same run
+//                            the benchmark's prefill cases: median time, copy floor in the same run
 //   kda_gpu_check bench-decode [--reps N] [--json FILE] [case ...]
-//                            BENCH.md's decode256_32 and B = 1..256, T = 1, 4, fp32/bf16 pools, H = 32:
+//                            the benchmark's decode256_32 and B = 1..256, T = 1, 4, fp32/bf16 pools, H = 32:
 //                            per-call median over rotated pools and inputs, copy floor in the same run
 //
 //   --plans a,b,...          (any mode) the forward plans to run: auto, fused, prepared, split,
@@ -503,6 +503,15 @@ FwdParams device_params(const DeviceCase& d) {
 
 int g_failures = 0;
 
+// Tolerances near the errors recorded on an H200 (bench/results/h200_v2/check_d9cff7a.log, every
+// plan): forward out <= 1.72e-3 (rounding the exact out to bf16 alone gives ~1.66e-3), fp32 state
+// <= 5.7e-4, bf16 state <= 1.32e-3 (its storage rounding); decode out <= 9.7e-5, fp32 state
+// <= 1.2e-7, bf16 state <= 2.5e-5. docs/spec.md's limits (out 4e-3, state 3e-3) are far above
+// these; a check this tight catches a regression long before the contract does.
+constexpr double kTolOut = 2.5e-3, kTolStateF32 = 1.5e-3, kTolStateBF16 = 3e-3;
+constexpr double kTolDecodeOut = 5e-4, kTolDecodeStateF32 = 1e-5, kTolDecodeStateBF16 = 2e-4;
+constexpr double kTolStress = 1e-2;  // docs/spec.md: nearly collinear keys
+
 void report(const char* what, const std::string& name, double e_out, double e_state, bool written, double tol_out,
             double tol_state) {
   const bool ok = written && e_out <= tol_out && e_state <= tol_state && std::isfinite(e_out) && std::isfinite(e_state);
@@ -790,9 +799,9 @@ void run_decode_checks() {
         written &= std::isfinite(s_got.back());
       }
     }
-    const double tol_state = dc.state == DType::kF32 ? 3e-3 : 8e-3;
-    report("decode", dc.name, got.empty() ? 0 : rel(got, ref), s_got.empty() ? 0 : rel(s_got, s_ref), written, 4e-3,
-           tol_state);
+    const double tol_state = dc.state == DType::kF32 ? kTolDecodeStateF32 : kTolDecodeStateBF16;
+    report("decode", dc.name, got.empty() ? 0 : rel(got, ref), s_got.empty() ? 0 : rel(s_got, s_ref), written,
+           kTolDecodeOut, tol_state);
   }
 }
 
@@ -926,8 +935,8 @@ void run_prefill_pool_case(const PoolCase& pc) {
       written &= std::isfinite(s_got.back());
     }
   }
-  const double tol_state = pc.state == DType::kF32 ? 3e-3 : 8e-3;
-  report("pool", pc.name, got.empty() ? 0 : rel(got, ref), s_got.empty() ? 0 : rel(s_got, s_ref), written, 4e-3,
+  const double tol_state = pc.state == DType::kF32 ? kTolStateF32 : kTolStateBF16;
+  report("pool", pc.name, got.empty() ? 0 : rel(got, ref), s_got.empty() ? 0 : rel(s_got, s_ref), written, kTolOut,
          tol_state);
 }
 
@@ -952,9 +961,10 @@ int run_checks() {
   for (const Case& c : edge_cases()) {
     const Host h = make_inputs(c);
     const Result ref = run_backend(c, h, Backend::kCpuReference, nullptr);
-    // bf16 states: storage rounding; the stress case: docs/spec.md's 1e-2
-    const double tol_out = c.collinear ? 1e-2 : 4e-3;
-    const double tol_state = c.collinear ? 1e-2 : (c.state == DType::kF32 || c.final_f32) ? 3e-3 : 8e-3;
+    const double tol_out = c.collinear ? kTolStress : kTolOut;
+    const double tol_state = c.collinear                                ? kTolStress
+                             : (c.state == DType::kF32 || c.final_f32) ? kTolStateF32
+                                                                       : kTolStateBF16;
     for (const PlanChoice& plan : g_plans) {
       g_plan = plan;
       bool written = false;
@@ -965,7 +975,7 @@ int run_checks() {
     g_plan = PlanChoice{"auto"};
     if (c.name.rfind("spec", 0) == 0 || c.name.rfind("weak", 0) == 0) {
       const Result rec = run_gpu_recurrence(c, h);
-      report("gpu-f32", c.name, rel(rec.out, ref.out), rel(rec.state, ref.state), true, 4e-3, 3e-3);
+      report("gpu-f32", c.name, rel(rec.out, ref.out), rel(rec.state, ref.state), true, kTolOut, kTolStateF32);
     }
   }
   std::printf("== BENCH cases vs the fp32 GPU recurrence (inputs generated on the device)\n");
@@ -1025,7 +1035,7 @@ int run_checks() {
       const std::vector<double> e = download(acc, 4);
       const std::vector<int> nb = download(bad, 2);
       report(("cuda/" + plan.name).c_str(), b.name, std::sqrt(e[0] / e[1]), std::sqrt(e[2] / e[3]),
-             nb[0] == 0 && nb[1] == 0, 4e-3, 3e-3);
+             nb[0] == 0 && nb[1] == 0, kTolOut, kTolStateF32);
     }
     g_plan = PlanChoice{"auto"};
     for (void* p : {static_cast<void*>(ra.final_state), static_cast<void*>(ra.out), static_cast<void*>(const_cast<int64_t*>(ra.starts)),
@@ -1122,7 +1132,7 @@ int run_bench(int reps, const char* json_path, const std::vector<std::string>& o
     DeviceCase d = make_device_case(bc.lens, bc.batch, bc.seqlen, bc.H);
     const FwdParams p = device_params(d);
     const int64_t tok = d.tok;
-    // BENCH.md's byte count: q, k, v, g, beta, out once each, fp32 initial and final state.
+    // The benchmark's byte count (docs/perf_log.md): q, k, v, g, beta, out once each, fp32 initial and final state.
     const double bytes = double(tok) * d.H * (4.0 * 256 + 2 + 256) + 2.0 * d.N * d.H * D * D * 4;
     void *src = nullptr, *dst = nullptr;
     const size_t copy_bytes = size_t(bytes / 2);
@@ -1178,7 +1188,7 @@ int run_bench(int reps, const char* json_path, const std::vector<std::string>& o
   return 0;
 }
 
-// ---- bench-decode: BENCH.md's decode case and a grid around it ----------------------------------
+// ---- bench-decode: the benchmark's decode case and a grid around it ----------------------------------
 
 __global__ void fill_normal_f32_kernel(float* x, int64_t n, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -1225,7 +1235,7 @@ int run_bench_decode(int reps, const char* json_path, const std::vector<std::str
     const int64_t elem = bc.state == DType::kF32 ? 4 : 2;
     const int64_t slot_bytes = H * D * D * elem;
     const int64_t state_writes = S == 1 ? 1 : T;
-    // BENCH.md's byte count: q, k, v, g, beta, out once each; the state read once and written once
+    // The benchmark's byte count (docs/perf_log.md): q, k, v, g, beta, out once each; the state read once and written once
     // (speculative: once per token).
     const double input_bytes = double(B) * T * H * (4.0 * D * 2 + 2) + double(B) * T * H * D * 2;
     const double bytes = input_bytes + double(B) * slot_bytes * (1 + state_writes);

@@ -78,7 +78,7 @@ constexpr int kSortMaxSeqs = 64;
 // Heads and slices of one sequence are adjacent in launch order, so the CTAs sharing a sequence's
 // q/k/g tiles run together and those tiles are read from L2 after the first CTA fetches them.
 // In a packed batch the sequences are launched longest first (CTAs start roughly in launch order):
-// a long sequence launched last would otherwise run alone at the end (DESIGN: ~30% lost to
+// a long sequence launched last would otherwise run alone at the end (~30% lost to
 // imbalance). Every thread of the CTA must call this (it synchronises the CTA once).
 __device__ __forceinline__ WorkUnit schedule_work(const KdaFwdArgs& a, int& scratch) {
   WorkUnit w;

@@ -482,9 +482,10 @@ void expect_close_to_naive(const Result& r, const NaiveResult& exact, bool state
   ASSERT_TRUE(r.status.ok()) << r.status.message;
   EXPECT_TRUE(all_finite(r.out_double())) << "out has an unwritten or non-finite element";
   EXPECT_LE(rel_error(r.out_double(), exact.out), kOutTolerance) << "out";
-  if (!r.final_state.empty())
+  if (!r.final_state.empty()) {
     EXPECT_LE(rel_error(r.final_state.to_double(), exact.state), state_fp32 ? kStateTolerance : kOutTolerance)
         << "final_state";
+  }
 }
 
 // GVA with H >= 2 and HV / H >= 2: a wrong head map, or A_log / dt_bias read at the q/k head, would

@@ -38,13 +38,13 @@
 
 using namespace flash_kda;
 
-#define CUDA_OK(x)                                                                      \
-  do {                                                                                  \
-    cudaError_t e_ = (x);                                                               \
-    if (e_ != cudaSuccess) {                                                            \
+#define CUDA_OK(x)                                                                            \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                     \
-    }                                                                                   \
+      std::exit(2);                                                                           \
+    }                                                                                         \
   } while (0)
 
 namespace {
@@ -179,16 +179,20 @@ struct PlanChoice {
   FwdPlan plan = FwdPlan::kAuto;
   int64_t segment_chunks = 0;
 };
-PlanChoice g_plan;                              // applied by run_fwd to every CUDA forward
+PlanChoice g_plan;                                       // applied by run_fwd to every CUDA forward
 std::vector<PlanChoice> g_plans = {PlanChoice{"auto"}};  // check and bench loop over these
 
 PlanChoice parse_plan(const std::string& s) {
   PlanChoice c{s};
   const std::string kind = s.substr(0, s.find(':'));
-  if (kind == "auto") c.plan = FwdPlan::kAuto;
-  else if (kind == "fused") c.plan = FwdPlan::kFused;
-  else if (kind == "prepared") c.plan = FwdPlan::kPrepared;
-  else if (kind == "split") c.plan = FwdPlan::kSplit;
+  if (kind == "auto")
+    c.plan = FwdPlan::kAuto;
+  else if (kind == "fused")
+    c.plan = FwdPlan::kFused;
+  else if (kind == "prepared")
+    c.plan = FwdPlan::kPrepared;
+  else if (kind == "split")
+    c.plan = FwdPlan::kSplit;
   else {
     std::fprintf(stderr, "unknown plan '%s' (auto, fused, prepared, split, split:L)\n", s.c_str());
     std::exit(2);
@@ -316,8 +320,8 @@ Result run_backend(const Case& c, const Host& h, Backend backend, bool* all_writ
     if (states) {
       const void* fin = p.final_state;
       r.state = f32_out ? std::vector<float>(static_cast<const float*>(fin), static_cast<const float*>(fin) + n_state)
-                    : bf16_vec_to_float(std::vector<uint16_t>(static_cast<const uint16_t*>(fin),
-                                                              static_cast<const uint16_t*>(fin) + n_state));
+                        : bf16_vec_to_float(std::vector<uint16_t>(static_cast<const uint16_t*>(fin),
+                                                                  static_cast<const uint16_t*>(fin) + n_state));
     }
   }
   r.out = bf16_vec_to_float(out);
@@ -477,10 +481,10 @@ DeviceCase make_device_case(const std::vector<int64_t>& lens, int64_t batch, int
 }
 
 void free_device_case(DeviceCase& d) {
-  for (void* p : {static_cast<void*>(d.q), static_cast<void*>(d.k), static_cast<void*>(d.v), static_cast<void*>(d.g),
-                  static_cast<void*>(d.beta), static_cast<void*>(d.out), static_cast<void*>(d.A_log),
-                  static_cast<void*>(d.dt_bias), static_cast<void*>(d.s0), static_cast<void*>(d.s1),
-                  static_cast<void*>(d.d_cu)})
+  for (void* p :
+       {static_cast<void*>(d.q), static_cast<void*>(d.k), static_cast<void*>(d.v), static_cast<void*>(d.g),
+        static_cast<void*>(d.beta), static_cast<void*>(d.out), static_cast<void*>(d.A_log),
+        static_cast<void*>(d.dt_bias), static_cast<void*>(d.s0), static_cast<void*>(d.s1), static_cast<void*>(d.d_cu)})
     if (p) cudaFree(p);
 }
 
@@ -524,37 +528,153 @@ std::vector<Case> edge_cases() {
   std::vector<Case> cs;
   auto add = [&](Case c) { cs.push_back(c); };
   Case c;
-  c = {}; c.name = "fixed B=2 T=100 H=4 fp32"; c.batch = 2; c.seqlen = 100; add(c);
-  c = {}; c.name = "spec varlen 300/17/700/1 fp32"; c.lens = {300, 17, 700, 1}; add(c);
-  c = {}; c.name = "varlen + empty, int32, bf16 state"; c.lens = {129, 0, 64, 5}; c.i32 = true; c.state = DType::kBF16; add(c);
-  c = {}; c.name = "T=1 B=3 H=2 no state"; c.batch = 3; c.seqlen = 1; c.H = 2; c.state = DType::kNone; add(c);
-  c = {}; c.name = "final only (no initial)"; c.lens = {50, 33}; c.initial = false; add(c);
-  c = {}; c.name = "in-place fp32 state varlen"; c.lens = {200, 31, 1, 90}; c.in_place = true; add(c);
-  c = {}; c.name = "in-place bf16 state"; c.lens = {77, 16}; c.in_place = true; c.state = DType::kBF16; add(c);
-  c = {}; c.name = "strong decay g+8"; c.batch = 2; c.seqlen = 150; c.g_shift = 8.f; add(c);
-  c = {}; c.name = "weak decay g-7 T=2000 H=2"; c.batch = 1; c.seqlen = 2000; c.H = 2; c.g_shift = -7.f; add(c);
-  c = {}; c.name = "large |v| x100"; c.batch = 1; c.seqlen = 300; c.v_scale = 100.f; add(c);
-  c = {}; c.name = "zero key row"; c.batch = 1; c.seqlen = 64; c.zero_key = true; add(c);
-  c = {}; c.name = "GVA HV=2H"; c.batch = 2; c.seqlen = 70; c.H = 2; c.HV = 4; add(c);
-  c = {}; c.name = "packed qkv strides"; c.batch = 2; c.seqlen = 90; c.packed_qkv = true; add(c);
-  c = {}; c.name = "lower_bound=-1"; c.batch = 1; c.seqlen = 100; c.lower_bound = -1.f; add(c);
+  c = {};
+  c.name = "fixed B=2 T=100 H=4 fp32";
+  c.batch = 2;
+  c.seqlen = 100;
+  add(c);
+  c = {};
+  c.name = "spec varlen 300/17/700/1 fp32";
+  c.lens = {300, 17, 700, 1};
+  add(c);
+  c = {};
+  c.name = "varlen + empty, int32, bf16 state";
+  c.lens = {129, 0, 64, 5};
+  c.i32 = true;
+  c.state = DType::kBF16;
+  add(c);
+  c = {};
+  c.name = "T=1 B=3 H=2 no state";
+  c.batch = 3;
+  c.seqlen = 1;
+  c.H = 2;
+  c.state = DType::kNone;
+  add(c);
+  c = {};
+  c.name = "final only (no initial)";
+  c.lens = {50, 33};
+  c.initial = false;
+  add(c);
+  c = {};
+  c.name = "in-place fp32 state varlen";
+  c.lens = {200, 31, 1, 90};
+  c.in_place = true;
+  add(c);
+  c = {};
+  c.name = "in-place bf16 state";
+  c.lens = {77, 16};
+  c.in_place = true;
+  c.state = DType::kBF16;
+  add(c);
+  c = {};
+  c.name = "strong decay g+8";
+  c.batch = 2;
+  c.seqlen = 150;
+  c.g_shift = 8.f;
+  add(c);
+  c = {};
+  c.name = "weak decay g-7 T=2000 H=2";
+  c.batch = 1;
+  c.seqlen = 2000;
+  c.H = 2;
+  c.g_shift = -7.f;
+  add(c);
+  c = {};
+  c.name = "large |v| x100";
+  c.batch = 1;
+  c.seqlen = 300;
+  c.v_scale = 100.f;
+  add(c);
+  c = {};
+  c.name = "zero key row";
+  c.batch = 1;
+  c.seqlen = 64;
+  c.zero_key = true;
+  add(c);
+  c = {};
+  c.name = "GVA HV=2H";
+  c.batch = 2;
+  c.seqlen = 70;
+  c.H = 2;
+  c.HV = 4;
+  add(c);
+  c = {};
+  c.name = "packed qkv strides";
+  c.batch = 2;
+  c.seqlen = 90;
+  c.packed_qkv = true;
+  add(c);
+  c = {};
+  c.name = "lower_bound=-1";
+  c.batch = 1;
+  c.seqlen = 100;
+  c.lower_bound = -1.f;
+  add(c);
   {
-    c = {}; c.name = "many short (64 seqs 1..40)"; c.H = 2;
+    c = {};
+    c.name = "many short (64 seqs 1..40)";
+    c.H = 2;
     std::uniform_int_distribution<int> len(1, 40);
     for (int i = 0; i < 64; ++i) c.lens.push_back(len(rng()));
     add(c);
   }
   // Work-unit shapes: (sequence, head) pairs decide how many CTAs share one state (8, 4, 2, 1).
-  c = {}; c.name = "20 pairs (2 consumer warps)"; c.batch = 5; c.seqlen = 48; add(c);
-  c = {}; c.name = "40 pairs (4 consumer warps)"; c.batch = 10; c.seqlen = 40; add(c);
-  c = {}; c.name = "100 pairs (8 consumer warps)"; c.batch = 25; c.seqlen = 37; add(c);
+  c = {};
+  c.name = "20 pairs (2 consumer warps)";
+  c.batch = 5;
+  c.seqlen = 48;
+  add(c);
+  c = {};
+  c.name = "40 pairs (4 consumer warps)";
+  c.batch = 10;
+  c.seqlen = 40;
+  add(c);
+  c = {};
+  c.name = "100 pairs (8 consumer warps)";
+  c.batch = 25;
+  c.seqlen = 37;
+  add(c);
   // Shapes the split plans cut into segments (forced small segments reach many chain steps).
-  c = {}; c.name = "long varlen 1500/40/0/700 in-place"; c.lens = {1500, 40, 0, 700}; c.H = 2; c.in_place = true; add(c);
-  c = {}; c.name = "long fixed B=2 T=1100 bf16 state"; c.batch = 2; c.seqlen = 1100; c.H = 2; c.state = DType::kBF16; add(c);
-  c = {}; c.name = "long GVA HV=2H T=900 no initial"; c.batch = 1; c.seqlen = 900; c.H = 2; c.HV = 4; c.initial = false; add(c);
-  c = {}; c.name = "long strided int32 800/33"; c.lens = {800, 33}; c.packed_qkv = true; c.i32 = true; add(c);
-  c = {}; c.name = "bf16 initial, fp32 final state"; c.lens = {400, 77}; c.state = DType::kBF16; c.final_f32 = true; add(c);
-  c = {}; c.name = "stress collinear keys weak decay"; c.lens = {700, 90}; c.H = 2; c.g_shift = -7.f; c.collinear = true; add(c);
+  c = {};
+  c.name = "long varlen 1500/40/0/700 in-place";
+  c.lens = {1500, 40, 0, 700};
+  c.H = 2;
+  c.in_place = true;
+  add(c);
+  c = {};
+  c.name = "long fixed B=2 T=1100 bf16 state";
+  c.batch = 2;
+  c.seqlen = 1100;
+  c.H = 2;
+  c.state = DType::kBF16;
+  add(c);
+  c = {};
+  c.name = "long GVA HV=2H T=900 no initial";
+  c.batch = 1;
+  c.seqlen = 900;
+  c.H = 2;
+  c.HV = 4;
+  c.initial = false;
+  add(c);
+  c = {};
+  c.name = "long strided int32 800/33";
+  c.lens = {800, 33};
+  c.packed_qkv = true;
+  c.i32 = true;
+  add(c);
+  c = {};
+  c.name = "bf16 initial, fp32 final state";
+  c.lens = {400, 77};
+  c.state = DType::kBF16;
+  c.final_f32 = true;
+  add(c);
+  c = {};
+  c.name = "stress collinear keys weak decay";
+  c.lens = {700, 90};
+  c.H = 2;
+  c.g_shift = -7.f;
+  c.collinear = true;
+  add(c);
   return cs;
 }
 
@@ -567,10 +687,10 @@ struct DecodeCase {
   std::vector<int64_t> lens;  // varlen lengths (each <= 8); overrides batch and T
   int H = 4, HV = 0;
   DType state = DType::kF32;
-  int S = 1;                  // slots per sequence (> 1: speculative)
-  int stride = 0;             // index row stride (0: S)
-  bool accepted = false;      // pass num_accepted_tokens (random in [1, S])
-  bool padding = false;       // sequence 1 is padding; with S > 1 also a negative write slot
+  int S = 1;              // slots per sequence (> 1: speculative)
+  int stride = 0;         // index row stride (0: S)
+  bool accepted = false;  // pass num_accepted_tokens (random in [1, S])
+  bool padding = false;   // sequence 1 is padding; with S > 1 also a negative write slot
 };
 
 // The pool of a decode case on the host (fp32 values; bf16 pools hold bf16-rounded values) and the
@@ -582,8 +702,8 @@ struct HostPool {
   std::vector<uint16_t> bf16;
   void* data() { return dtype == DType::kF32 ? static_cast<void*>(f32.data()) : bf16.data(); }
   const char* bytes_at(int64_t slot) const {
-    const char* base = dtype == DType::kF32 ? reinterpret_cast<const char*>(f32.data())
-                                            : reinterpret_cast<const char*>(bf16.data());
+    const char* base =
+        dtype == DType::kF32 ? reinterpret_cast<const char*>(f32.data()) : reinterpret_cast<const char*>(bf16.data());
     return base + slot * per_slot * (dtype == DType::kF32 ? 4 : 2);
   }
   size_t bytes() const { return dtype == DType::kF32 ? f32.size() * 4 : bf16.size() * 2; }
@@ -726,10 +846,10 @@ void run_decode_backend(const DecodeCase& dc, const DecodeSetup& d, Backend back
   CUDA_OK(cudaDeviceSynchronize());
   out = download(dout, out.size());
   CUDA_OK(cudaMemcpy(pool.data(), dpool, pool.bytes(), cudaMemcpyDeviceToHost));
-  for (void* ptr : {static_cast<void*>(dq), static_cast<void*>(dk), static_cast<void*>(dv), static_cast<void*>(dg),
-                    static_cast<void*>(dbeta), static_cast<void*>(dout), static_cast<void*>(dA),
-                    static_cast<void*>(ddt), static_cast<void*>(didx), static_cast<void*>(dacc),
-                    static_cast<void*>(dcu), dpool})
+  for (void* ptr :
+       {static_cast<void*>(dq), static_cast<void*>(dk), static_cast<void*>(dv), static_cast<void*>(dg),
+        static_cast<void*>(dbeta), static_cast<void*>(dout), static_cast<void*>(dA), static_cast<void*>(ddt),
+        static_cast<void*>(didx), static_cast<void*>(dacc), static_cast<void*>(dcu), dpool})
     if (ptr) cudaFree(ptr);
 }
 
@@ -744,21 +864,91 @@ std::vector<DecodeCase> decode_cases() {
       c.batch = 5, c.T = T, c.state = st;
       add(c);
     }
-  c = {}; c.name = "T=2 GVA HV=2H"; c.batch = 3; c.T = 2; c.H = 2; c.HV = 4; add(c);
-  c = {}; c.name = "varlen 1/0/8/3"; c.lens = {1, 0, 8, 3}; add(c);
-  c = {}; c.name = "padding T=3 fp32"; c.batch = 4; c.T = 3; c.padding = true; add(c);
-  c = {}; c.name = "padding T=1 bf16"; c.batch = 4; c.T = 1; c.padding = true; c.state = DType::kBF16; add(c);
-  c = {}; c.name = "spec S=4 T=4 accepted"; c.batch = 5; c.T = 4; c.S = 4; c.accepted = true; add(c);
-  c = {}; c.name = "spec S=4 T=2 stride 6 bf16"; c.batch = 5; c.T = 2; c.S = 4; c.stride = 6; c.accepted = true;
-  c.state = DType::kBF16; add(c);
-  c = {}; c.name = "spec S=8 T=8 column 0"; c.batch = 3; c.T = 8; c.S = 8; add(c);
-  c = {}; c.name = "spec S=3 padding"; c.batch = 4; c.T = 3; c.S = 3; c.accepted = true; c.padding = true; add(c);
-  c = {}; c.name = "spec varlen 3/1/0/4 S=4"; c.lens = {3, 1, 0, 4}; c.S = 4; c.accepted = true; add(c);
+  c = {};
+  c.name = "T=2 GVA HV=2H";
+  c.batch = 3;
+  c.T = 2;
+  c.H = 2;
+  c.HV = 4;
+  add(c);
+  c = {};
+  c.name = "varlen 1/0/8/3";
+  c.lens = {1, 0, 8, 3};
+  add(c);
+  c = {};
+  c.name = "padding T=3 fp32";
+  c.batch = 4;
+  c.T = 3;
+  c.padding = true;
+  add(c);
+  c = {};
+  c.name = "padding T=1 bf16";
+  c.batch = 4;
+  c.T = 1;
+  c.padding = true;
+  c.state = DType::kBF16;
+  add(c);
+  c = {};
+  c.name = "spec S=4 T=4 accepted";
+  c.batch = 5;
+  c.T = 4;
+  c.S = 4;
+  c.accepted = true;
+  add(c);
+  c = {};
+  c.name = "spec S=4 T=2 stride 6 bf16";
+  c.batch = 5;
+  c.T = 2;
+  c.S = 4;
+  c.stride = 6;
+  c.accepted = true;
+  c.state = DType::kBF16;
+  add(c);
+  c = {};
+  c.name = "spec S=8 T=8 column 0";
+  c.batch = 3;
+  c.T = 8;
+  c.S = 8;
+  add(c);
+  c = {};
+  c.name = "spec S=3 padding";
+  c.batch = 4;
+  c.T = 3;
+  c.S = 3;
+  c.accepted = true;
+  c.padding = true;
+  add(c);
+  c = {};
+  c.name = "spec varlen 3/1/0/4 S=4";
+  c.lens = {3, 1, 0, 4};
+  c.S = 4;
+  c.accepted = true;
+  add(c);
   // Kernel shapes: (sequence, head) pairs decide the rows per thread (1, 2 or 4 on 132 SMs).
-  c = {}; c.name = "160 pairs (2 rows a thread)"; c.batch = 40; c.T = 2; add(c);
-  c = {}; c.name = "160 pairs bf16 padding"; c.batch = 40; c.T = 3; c.state = DType::kBF16; c.padding = true; add(c);
-  c = {}; c.name = "320 pairs (4 rows a thread)"; c.batch = 80; c.T = 1; add(c);
-  c = {}; c.name = "320 pairs bf16 spec"; c.batch = 80; c.T = 2; c.S = 2; c.accepted = true; c.state = DType::kBF16;
+  c = {};
+  c.name = "160 pairs (2 rows a thread)";
+  c.batch = 40;
+  c.T = 2;
+  add(c);
+  c = {};
+  c.name = "160 pairs bf16 padding";
+  c.batch = 40;
+  c.T = 3;
+  c.state = DType::kBF16;
+  c.padding = true;
+  add(c);
+  c = {};
+  c.name = "320 pairs (4 rows a thread)";
+  c.batch = 80;
+  c.T = 1;
+  add(c);
+  c = {};
+  c.name = "320 pairs bf16 spec";
+  c.batch = 80;
+  c.T = 2;
+  c.S = 2;
+  c.accepted = true;
+  c.state = DType::kBF16;
   add(c);
   return cs;
 }
@@ -899,10 +1089,10 @@ void run_prefill_pool_case(const PoolCase& pc) {
     CUDA_OK(cudaDeviceSynchronize());
     out = download(dout, n_out);
     CUDA_OK(cudaMemcpy(pool.data(), dpool, pool.bytes(), cudaMemcpyDeviceToHost));
-    for (void* ptr : {static_cast<void*>(dq), static_cast<void*>(dk), static_cast<void*>(dv), static_cast<void*>(dg),
-                      static_cast<void*>(dbeta), static_cast<void*>(dout), static_cast<void*>(dA),
-                      static_cast<void*>(ddt), static_cast<void*>(didx), static_cast<void*>(dhas),
-                      static_cast<void*>(dcu), dpool})
+    for (void* ptr :
+         {static_cast<void*>(dq), static_cast<void*>(dk), static_cast<void*>(dv), static_cast<void*>(dg),
+          static_cast<void*>(dbeta), static_cast<void*>(dout), static_cast<void*>(dA), static_cast<void*>(ddt),
+          static_cast<void*>(didx), static_cast<void*>(dhas), static_cast<void*>(dcu), dpool})
       if (ptr) cudaFree(ptr);
   };
   std::vector<uint16_t> out_ref, out_gpu;
@@ -943,10 +1133,26 @@ void run_prefill_pool_case(const PoolCase& pc) {
 std::vector<PoolCase> pool_cases() {
   std::vector<PoolCase> cs;
   PoolCase c;
-  c = {}; c.name = "varlen 300/0/17/90/5 fp32"; c.lens = {300, 0, 17, 90, 5}; cs.push_back(c);
-  c = {}; c.name = "fixed B=4 T=64 bf16"; c.batch = 4; c.seqlen = 64; c.state = DType::kBF16; cs.push_back(c);
-  c = {}; c.name = "20 pairs (2 consumer warps)"; c.batch = 5; c.seqlen = 48; cs.push_back(c);
-  c = {}; c.name = "100 pairs (8 consumer warps) bf16"; c.batch = 25; c.seqlen = 37; c.state = DType::kBF16;
+  c = {};
+  c.name = "varlen 300/0/17/90/5 fp32";
+  c.lens = {300, 0, 17, 90, 5};
+  cs.push_back(c);
+  c = {};
+  c.name = "fixed B=4 T=64 bf16";
+  c.batch = 4;
+  c.seqlen = 64;
+  c.state = DType::kBF16;
+  cs.push_back(c);
+  c = {};
+  c.name = "20 pairs (2 consumer warps)";
+  c.batch = 5;
+  c.seqlen = 48;
+  cs.push_back(c);
+  c = {};
+  c.name = "100 pairs (8 consumer warps) bf16";
+  c.batch = 25;
+  c.seqlen = 37;
+  c.state = DType::kBF16;
   cs.push_back(c);
   return cs;
 }
@@ -962,7 +1168,7 @@ int run_checks() {
     const Host h = make_inputs(c);
     const Result ref = run_backend(c, h, Backend::kCpuReference, nullptr);
     const double tol_out = c.collinear ? kTolStress : kTolOut;
-    const double tol_state = c.collinear                                ? kTolStress
+    const double tol_state = c.collinear                               ? kTolStress
                              : (c.state == DType::kF32 || c.final_f32) ? kTolStateF32
                                                                        : kTolStateBF16;
     for (const PlanChoice& plan : g_plans) {
@@ -986,14 +1192,11 @@ int run_checks() {
     int H;
   };
   const std::vector<int64_t> mix = mix20k();
-  const std::vector<Big> big = {{"fixed96", {}, 1, 8192, 96},
-                                {"varlen6_64", {1300, 547, 2048, 963, 271, 3063}, 0, 0, 64},
-                                {"b16x2048_32", {}, 16, 2048, 32},
-                                {"fixed16", {}, 1, 8192, 16},
-                                {"h8_8k", {}, 1, 8192, 8},
-                                {"h4_64k", {}, 1, 65536, 4},
-                                {"mix20k_8", mix, 0, 0, 8},
-                                {"mix20kx31_8", mix20k(31), 0, 0, 8}};
+  const std::vector<Big> big = {
+      {"fixed96", {}, 1, 8192, 96},      {"varlen6_64", {1300, 547, 2048, 963, 271, 3063}, 0, 0, 64},
+      {"b16x2048_32", {}, 16, 2048, 32}, {"fixed16", {}, 1, 8192, 16},
+      {"h8_8k", {}, 1, 8192, 8},         {"h4_64k", {}, 1, 65536, 4},
+      {"mix20k_8", mix, 0, 0, 8},        {"mix20kx31_8", mix20k(31), 0, 0, 8}};
   for (const Big& b : big) {
     DeviceCase d = make_device_case(b.lens, b.batch, b.seqlen, b.H);
     // Recurrence reference.
@@ -1038,8 +1241,10 @@ int run_checks() {
              nb[0] == 0 && nb[1] == 0, kTolOut, kTolStateF32);
     }
     g_plan = PlanChoice{"auto"};
-    for (void* p : {static_cast<void*>(ra.final_state), static_cast<void*>(ra.out), static_cast<void*>(const_cast<int64_t*>(ra.starts)),
-                    static_cast<void*>(const_cast<int64_t*>(ra.lens)), static_cast<void*>(acc), static_cast<void*>(bad)})
+    for (void* p :
+         {static_cast<void*>(ra.final_state), static_cast<void*>(ra.out),
+          static_cast<void*>(const_cast<int64_t*>(ra.starts)), static_cast<void*>(const_cast<int64_t*>(ra.lens)),
+          static_cast<void*>(acc), static_cast<void*>(bad)})
       cudaFree(p);
     free_device_case(d);
   }
@@ -1167,12 +1372,13 @@ int run_bench(int reps, const char* json_path, const std::vector<std::string>& o
       std::printf("%-12s %-10s %10.3f %10.3f %8.2f\n", bc.id, plan.name.c_str(), mo, mc, mo / mc);
       std::fflush(stdout);
       if (js) {
-        std::fprintf(js,
-                     "%s  {\"case\": \"%s\", \"plan\": \"%s\", \"H\": %d, \"tokens\": %lld, \"bytes\": %.0f, "
-                     "\"ours_ms_median\": %.5f, \"ours_ms_p10\": %.5f, \"ours_ms_p90\": %.5f, \"copy_ms_median\": %.5f, "
-                     "\"floor_ratio\": %.4f, \"reps\": %d}",
-                     first ? "" : ",\n", bc.id, plan.name.c_str(), bc.H, static_cast<long long>(tok), bytes, mo,
-                     t_ours[t_ours.size() / 10], t_ours[t_ours.size() * 9 / 10], mc, mo / mc, reps);
+        std::fprintf(
+            js,
+            "%s  {\"case\": \"%s\", \"plan\": \"%s\", \"H\": %d, \"tokens\": %lld, \"bytes\": %.0f, "
+            "\"ours_ms_median\": %.5f, \"ours_ms_p10\": %.5f, \"ours_ms_p90\": %.5f, \"copy_ms_median\": %.5f, "
+            "\"floor_ratio\": %.4f, \"reps\": %d}",
+            first ? "" : ",\n", bc.id, plan.name.c_str(), bc.H, static_cast<long long>(tok), bytes, mo,
+            t_ours[t_ours.size() / 10], t_ours[t_ours.size() * 9 / 10], mc, mo / mc, reps);
         first = false;
       }
     }
@@ -1235,8 +1441,8 @@ int run_bench_decode(int reps, const char* json_path, const std::vector<std::str
     const int64_t elem = bc.state == DType::kF32 ? 4 : 2;
     const int64_t slot_bytes = H * D * D * elem;
     const int64_t state_writes = S == 1 ? 1 : T;
-    // The benchmark's byte count (docs/perf_log.md): q, k, v, g, beta, out once each; the state read once and written once
-    // (speculative: once per token).
+    // The benchmark's byte count (docs/perf_log.md): q, k, v, g, beta, out once each; the state read once and written
+    // once (speculative: once per token).
     const double input_bytes = double(B) * T * H * (4.0 * D * 2 + 2) + double(B) * T * H * D * 2;
     const double bytes = input_bytes + double(B) * slot_bytes * (1 + state_writes);
     // Enough sets that the footprint of one round is far beyond the 50 MB L2.
@@ -1269,8 +1475,7 @@ int run_bench_decode(int reps, const char* json_path, const std::vector<std::str
     // Set i owns slots [i·B·S, (i+1)·B·S), in a random order as a pool allocator would hand them out.
     std::vector<int32_t> indices(P);
     std::iota(indices.begin(), indices.end(), 0);
-    for (int i = 0; i < sets; ++i)
-      std::shuffle(indices.begin() + i * B * S, indices.begin() + (i + 1) * B * S, rng());
+    for (int i = 0; i < sets; ++i) std::shuffle(indices.begin() + i * B * S, indices.begin() + (i + 1) * B * S, rng());
     std::vector<int32_t> accepted(B);
     std::uniform_int_distribution<int> pick(1, int(S));
     for (auto& a : accepted) a = pick(rng());
@@ -1322,7 +1527,8 @@ int run_bench_decode(int reps, const char* json_path, const std::vector<std::str
       }
     });
     cudaGraphExec_t copy = capture([&](int i) {
-      CUDA_OK(cudaMemcpyAsync(dst + i * copy_bytes, src + i * copy_bytes, copy_bytes, cudaMemcpyDeviceToDevice, stream));
+      CUDA_OK(
+          cudaMemcpyAsync(dst + i * copy_bytes, src + i * copy_bytes, copy_bytes, cudaMemcpyDeviceToDevice, stream));
     });
     std::vector<float> t_ours, t_copy;
     for (int r = 0; r < reps + 3; ++r) {
@@ -1342,20 +1548,21 @@ int run_bench_decode(int reps, const char* json_path, const std::vector<std::str
                 bytes / (mo * 1e6), bc.id == "decode256_32" ? "   (goal <= 1.2)" : "");
     std::fflush(stdout);
     if (js) {
-      std::fprintf(js,
-                   "%s  {\"case\": \"%s\", \"B\": %lld, \"T\": %d, \"H\": %d, \"state\": \"%s\", \"slots_per_seq\": %d, "
-                   "\"bytes\": %.0f, \"sets\": %d, \"ours_ms_median\": %.5f, \"ours_ms_p10\": %.5f, "
-                   "\"ours_ms_p90\": %.5f, \"copy_ms_median\": %.5f, \"floor_ratio\": %.4f, \"reps\": %d}",
-                   first ? "" : ",\n", bc.id.c_str(), static_cast<long long>(B), bc.T, H, dtype_name(bc.state),
-                   bc.S, bytes, sets, mo, t_ours[t_ours.size() / 10], t_ours[t_ours.size() * 9 / 10], mc, mo / mc,
-                   reps);
+      std::fprintf(
+          js,
+          "%s  {\"case\": \"%s\", \"B\": %lld, \"T\": %d, \"H\": %d, \"state\": \"%s\", \"slots_per_seq\": %d, "
+          "\"bytes\": %.0f, \"sets\": %d, \"ours_ms_median\": %.5f, \"ours_ms_p10\": %.5f, "
+          "\"ours_ms_p90\": %.5f, \"copy_ms_median\": %.5f, \"floor_ratio\": %.4f, \"reps\": %d}",
+          first ? "" : ",\n", bc.id.c_str(), static_cast<long long>(B), bc.T, H, dtype_name(bc.state), bc.S, bytes,
+          sets, mo, t_ours[t_ours.size() / 10], t_ours[t_ours.size() * 9 / 10], mc, mo / mc, reps);
       first = false;
     }
     CUDA_OK(cudaGraphExecDestroy(ours));
     CUDA_OK(cudaGraphExecDestroy(copy));
-    for (void* p : {pool, static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(g),
-                    static_cast<void*>(beta), static_cast<void*>(out), static_cast<void*>(dA), static_cast<void*>(ddt),
-                    static_cast<void*>(didx), static_cast<void*>(dacc), static_cast<void*>(src), static_cast<void*>(dst)})
+    for (void* p :
+         {pool, static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(g),
+          static_cast<void*>(beta), static_cast<void*>(out), static_cast<void*>(dA), static_cast<void*>(ddt),
+          static_cast<void*>(didx), static_cast<void*>(dacc), static_cast<void*>(src), static_cast<void*>(dst)})
       cudaFree(p);
   }
   if (js) {
@@ -1414,7 +1621,8 @@ int main(int argc, char** argv) {
     return mode == "bench" ? run_bench(reps, json, only) : run_bench_decode(reps, json, only);
   }
   std::fprintf(stderr,
-               "usage: %s check | check-decode | check-pool | sanitize | bench | bench-decode [--reps N] [--json FILE] [case ...]\n",
+               "usage: %s check | check-decode | check-pool | sanitize | bench | bench-decode [--reps N] [--json FILE] "
+               "[case ...]\n",
                argv[0]);
   return 2;
 }

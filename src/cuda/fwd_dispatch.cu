@@ -151,7 +151,8 @@ Status run_fused(sm90::KdaFwdArgs& a, int64_t pairs, int sm_count, cudaStream_t 
   a.slices = slices;
   const int64_t units = pairs * slices;
   if (units > INT32_MAX) return {StatusCode::kUnsupported, "q: too many (sequence, head) pairs for one launch"};
-  const cudaError_t e = by_slices(slices, [&](auto nc) { return sm90::launch_kda_fwd<decltype(nc)::value>(a, units, stream); });
+  const cudaError_t e =
+      by_slices(slices, [&](auto nc) { return sm90::launch_kda_fwd<decltype(nc)::value>(a, units, stream); });
   if (e != cudaSuccess) return cuda_error("kernel launch", e);
   return Status::Ok();
 }
@@ -175,12 +176,14 @@ Status run_prepared(const HostPlan& h, sm90::KdaFwdArgs& a, const FwdParams& p, 
   if (e == cudaSuccess && prep_ctas > 0) e = sm90::launch_kda_prep(a, pa, prep_ctas, stream);
   if (e == cudaSuccess) {
     pa.slices = h.slices1;
-    e = by_slices(h.slices1, [&](auto nc) { return sm90::launch_kda_rec<decltype(nc)::value>(a, pa, 1, p1_ctas, stream); });
+    e = by_slices(h.slices1,
+                  [&](auto nc) { return sm90::launch_kda_rec<decltype(nc)::value>(a, pa, 1, p1_ctas, stream); });
   }
   if (e == cudaSuccess && chain_ctas > 0) e = sm90::launch_kda_chain(a, pa, chain_ctas, stream);
   if (e == cudaSuccess && p3_ctas > 0) {
     pa.slices = h.slices3;
-    e = by_slices(h.slices3, [&](auto nc) { return sm90::launch_kda_rec<decltype(nc)::value>(a, pa, 3, p3_ctas, stream); });
+    e = by_slices(h.slices3,
+                  [&](auto nc) { return sm90::launch_kda_rec<decltype(nc)::value>(a, pa, 3, p3_ctas, stream); });
   }
   if (e != cudaSuccess) return cuda_error("kernel launch", e);
   return Status::Ok();

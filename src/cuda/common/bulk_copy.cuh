@@ -46,10 +46,10 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 // memory; completion is reported to `bar` as transaction bytes. The .shared::cta destination (PTX ISA
 // 8.6, CUDA 12.8) needs no cluster launch.
 __device__ __forceinline__ void bulk_copy_g2s(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                   smem_address(smem)),
-               "l"(gmem), "r"(bytes), "r"(smem_address(bar))
-               : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(smem_address(smem)),
+      "l"(gmem), "r"(bytes), "r"(smem_address(bar))
+      : "memory");
 }
 
 }  // namespace flash_kda::cuda

@@ -34,21 +34,21 @@ namespace flash_kda::cuda::sm90 {
 
 // Everything the kernel reads, filled by src/cuda/decode_dispatch.cu from DecodeParams.
 struct KdaDecodeArgs {
-  const uint16_t *q, *k, *v, *g, *beta;  // bf16
-  uint16_t* out;                         // bf16
-  const float* A_log;                    // [HV]
-  const float* dt_bias;                  // [HV * 128]
-  void* state;                           // pool [pool_size, HV, 128, 128], bf16 or fp32
-  const int32_t* state_indices;          // [N, indices_stride]
-  const int32_t* num_accepted;           // [N] or nullptr
-  const void* cu_seqlens;                // [N + 1] or nullptr
+  const uint16_t *q, *k, *v, *g, *beta;                         // bf16
+  uint16_t* out;                                                // bf16
+  const float* A_log;                                           // [HV]
+  const float* dt_bias;                                         // [HV * 128]
+  void* state;                                                  // pool [pool_size, HV, 128, 128], bf16 or fp32
+  const int32_t* state_indices;                                 // [N, indices_stride]
+  const int32_t* num_accepted;                                  // [N] or nullptr
+  const void* cu_seqlens;                                       // [N + 1] or nullptr
   int64_t q_s[3], k_s[3], v_s[3], g_s[3], out_s[3], beta_s[3];  // (batch, token, head) strides
-  int64_t seqlen;          // T (fixed batch) or the packed length (cu_seqlens)
-  int64_t pool_size;       // P
-  int64_t indices_stride;  // elements between index rows
-  int slots_per_seq;       // S: 1, or 1 + drafts (speculative)
-  int heads_v;             // HV
-  int group;               // HV / H
+  int64_t seqlen;                                               // T (fixed batch) or the packed length (cu_seqlens)
+  int64_t pool_size;                                            // P
+  int64_t indices_stride;                                       // elements between index rows
+  int slots_per_seq;                                            // S: 1, or 1 + drafts (speculative)
+  int heads_v;                                                  // HV
+  int group;                                                    // HV / H
   float scale;
   float lower_bound;
   bool cu_seqlens_i64;
@@ -79,9 +79,7 @@ struct KdaDecodeTraits {
   static_assert(kMaxTokens * kRows / 8 <= kThreads, "one thread per 16-byte piece of out");
 
   // Column of element e of chunk j in lane l8's part of a row.
-  static __device__ __forceinline__ int column(int l8, int j, int e) {
-    return j * kLanesPerRow * kVec + l8 * kVec + e;
-  }
+  static __device__ __forceinline__ int column(int l8, int j, int e) { return j * kLanesPerRow * kVec + l8 * kVec + e; }
 };
 
 namespace decode_detail {
@@ -246,8 +244,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     *reinterpret_cast<float4*>(&sm.q_tilde[t][c0]) = q4;
     *reinterpret_cast<float4*>(&sm.alpha[t][c0]) = a4;
     if (lane == 0) {
-      sm.beta[t] = sigmoid(
-          bf16_bits_to_float(a.beta[batch_row * a.beta_s[0] + token * a.beta_s[1] + hv * a.beta_s[2]]));
+      sm.beta[t] =
+          sigmoid(bf16_bits_to_float(a.beta[batch_row * a.beta_s[0] + token * a.beta_s[1] + hv * a.beta_s[2]]));
       sm.kq[t] = kq;
     }
   }
@@ -268,8 +266,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 #pragma unroll
   for (int i = 0; i < RPT; ++i)
 #pragma unroll
-    for (int j = 0; j < Tr::kChunks; ++j)
-      load_state_vec(&sm.state[row_of(i)][Tr::column(l8, j, 0)], &s[i][j * kVec]);
+    for (int j = 0; j < Tr::kChunks; ++j) load_state_vec(&sm.state[row_of(i)][Tr::column(l8, j, 0)], &s[i][j * kVec]);
 
   auto store_rows = [&](int64_t slot) {
     State* dst = pool + slot * a.heads_v * D * D + head_offset;
@@ -329,8 +326,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 #pragma unroll
         for (int i = 0; i < RPT; ++i)
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            s[i][j * kVec + e4 + e] = fmaf(delta[i], khv[e], s[i][j * kVec + e4 + e]);
+          for (int e = 0; e < 4; ++e) s[i][j * kVec + e4 + e] = fmaf(delta[i], khv[e], s[i][j * kVec + e4 + e]);
       }
     if (speculative) {
       const int64_t slot = sm.write_slot[t];
@@ -346,8 +342,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   constexpr int kPieces = Tr::kRows / 8;
   if (tid < length * kPieces) {
     const int t = tid / kPieces, piece = tid % kPieces;
-    uint16_t* dst = a.out + batch_row * a.out_s[0] + (begin + t) * a.out_s[1] + hv * a.out_s[2] +
-                    slice * Tr::kRows + piece * 8;
+    uint16_t* dst =
+        a.out + batch_row * a.out_s[0] + (begin + t) * a.out_s[1] + hv * a.out_s[2] + slice * Tr::kRows + piece * 8;
     *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&sm.out[t][piece * 8]);
   }
 }

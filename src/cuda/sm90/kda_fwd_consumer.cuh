@@ -86,7 +86,8 @@ struct PackedStageView {
   __device__ static float4 k_frag(const Stage& st, int g, int c) { return kq(st, KdaPrepared::kKTilde, g, c); }
   __device__ static float4 q_frag(const Stage& st, int g, int c) { return kq(st, KdaPrepared::kQHat, g, c); }
   __device__ static float2 neg_v(const Stage& st, int row, int t) {
-    return make_float2(-__uint_as_float(uint32_t(st.v[t][row]) << 16), -__uint_as_float(uint32_t(st.v[t + 1][row]) << 16));
+    return make_float2(-__uint_as_float(uint32_t(st.v[t][row]) << 16),
+                       -__uint_as_float(uint32_t(st.v[t + 1][row]) << 16));
   }
   __device__ static float2 square(const Stage& st, int offset, int t, int s) {
     return *reinterpret_cast<const float2*>(st.prepared + offset + 4 * KdaPrepared::square_word(t, s));
@@ -94,8 +95,8 @@ struct PackedStageView {
   __device__ static float2 neg_t(const Stage& st, int t, int s) { return square(st, KdaPrepared::kNegT, t, s); }
   __device__ static float2 m(const Stage& st, int t, int s) { return square(st, KdaPrepared::kM, t, s); }
   __device__ static float2 k_dec(const Stage& st, int c, int t) {
-    const __half2 h = *reinterpret_cast<const __half2*>(st.prepared + KdaPrepared::kKDec +
-                                                        4 * KdaPrepared::k_dec_word(c, t / 2));
+    const __half2 h =
+        *reinterpret_cast<const __half2*>(st.prepared + KdaPrepared::kKDec + 4 * KdaPrepared::k_dec_word(c, t / 2));
     return __half22float2(h);
   }
   __device__ static float2 gamma(const Stage& st, int c) {
@@ -181,7 +182,7 @@ struct KdaConsumer {
   template <bool kOut>
   __device__ void walk() {
     float S[kTiles][4];
-    load_state(S);  // the whole slice is read before anything is written: in-place updates are safe
+    load_state(S);                    // the whole slice is read before anything is written: in-place updates are safe
     const int vrow = cwarp * 16 + g;  // this lane's first state row within the CTA's slice
     const int nchunks = io.nchunks;
     for (int i = 0; i < nchunks; ++i) {

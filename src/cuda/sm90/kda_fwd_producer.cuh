@@ -41,8 +41,8 @@ struct StageSink {
   __device__ void k_dec(int c, const float (&kd)[KdaDims::kChunk]) const {
 #pragma unroll
     for (int t = 0; t < KdaDims::kChunk; t += 4)
-      *reinterpret_cast<float4*>(&st.k_dec_t[c][t]) = make_float4(ptx::round_tf32(kd[t]), ptx::round_tf32(kd[t + 1]),
-                                                                   ptx::round_tf32(kd[t + 2]), ptx::round_tf32(kd[t + 3]));
+      *reinterpret_cast<float4*>(&st.k_dec_t[c][t]) = make_float4(
+          ptx::round_tf32(kd[t]), ptx::round_tf32(kd[t + 1]), ptx::round_tf32(kd[t + 2]), ptx::round_tf32(kd[t + 3]));
   }
   __device__ void gamma(int c, float g) const { st.gamma[c] = g; }
   __device__ void neg_v(int c, const float (&nv)[KdaDims::kChunk]) const {
@@ -79,8 +79,7 @@ struct KdaProducer {
   const uint16_t* beta_src;
 
   __device__ KdaProducer(const KdaFwdArgs& args, const WorkUnit& work, Group& group_smem, int group, int tid)
-      : a(args), w(work), grp(group_smem), gidx(group), ptid(tid),
-        nchunks(int((work.len + C - 1) / C)) {
+      : a(args), w(work), grp(group_smem), gidx(group), ptid(tid), nchunks(int((work.len + C - 1) / C)) {
     const int hq = w.hv / a.group;
     const uint16_t* q_base = a.q + w.row * a.q_s[0] + w.begin * a.q_s[1] + hq * a.q_s[2];
     const uint16_t* k_base = a.k + w.row * a.k_s[0] + w.begin * a.k_s[1] + hq * a.k_s[2];
@@ -135,8 +134,7 @@ struct KdaProducer {
 
   __device__ float load_beta(int i, int limit) const {
     const int64_t t = int64_t(i) * C + ptid;
-    return (ptid < C && i < limit && t < w.len) ? bf16_bits_to_float(beta_src[int64_t(i) * C * a.beta_s[1]])
-                                                  : 0.f;
+    return (ptid < C && i < limit && t < w.len) ? bf16_bits_to_float(beta_src[int64_t(i) * C * a.beta_s[1]]) : 0.f;
   }
 
   __device__ float gate_mul() const { return -expf(a.A_log[w.hv]) * 1.4426950408889634f; }
@@ -146,8 +144,8 @@ struct KdaProducer {
   // `before_tiles` runs once the norms are visible, before the first write to the sink (the fused
   // kernel waits there for its ring stage to be free).
   template <class Sink, class BeforeTiles>
-  __device__ void prepare(const typename Tr::Raw& raw, int i, float beta_raw, float gmul, float gadd,
-                          const Sink& sink, BeforeTiles before_tiles) {
+  __device__ void prepare(const typename Tr::Raw& raw, int i, float beta_raw, float gmul, float gadd, const Sink& sink,
+                          BeforeTiles before_tiles) {
     const int valid = int(min(int64_t(C), w.len - int64_t(i) * C));
     norms(raw, valid, beta_raw);
     float G[C];

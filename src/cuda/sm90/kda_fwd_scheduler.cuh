@@ -7,15 +7,15 @@
 namespace flash_kda::cuda::sm90 {
 
 struct WorkUnit {
-  int seq;        // n: index into the state tensors
-  int hv;         // value head
-  int slice;      // which kVRows rows of the state
-  int64_t row;    // batch row of the activations
-  int64_t begin;  // first token (within the batch row)
-  int64_t len;    // tokens in the sequence (0 for an empty one)
-  int64_t slot;   // state slot: n, or state_indices[n] with a pool
-  bool skip;      // padding sequence (pool slot < 0 or >= pool_size): the CTA does nothing
-  bool zero_init; // start from zeros instead of the slot (has_initial_state[n] == 0)
+  int seq;         // n: index into the state tensors
+  int hv;          // value head
+  int slice;       // which kVRows rows of the state
+  int64_t row;     // batch row of the activations
+  int64_t begin;   // first token (within the batch row)
+  int64_t len;     // tokens in the sequence (0 for an empty one)
+  int64_t slot;    // state slot: n, or state_indices[n] with a pool
+  bool skip;       // padding sequence (pool slot < 0 or >= pool_size): the CTA does nothing
+  bool zero_init;  // start from zeros instead of the slot (has_initial_state[n] == 0)
 };
 
 // What one CTA's consumers do with their kVRows rows (row0 = the slice's first row within 128).
@@ -28,9 +28,9 @@ struct RowsIO {
   int chunk0;   // first chunk of the walk within the sequence
   int nchunks;  // chunks walked
   bool init_fp32, dst_fp32;
-  bool identity;  // transition rows: start from I
-  bool has_v;     // the delta rule's v enters (false for transition rows)
-  bool write_out; // the rows produce out
+  bool identity;   // transition rows: start from I
+  bool has_v;      // the delta rule's v enters (false for transition rows)
+  bool write_out;  // the rows produce out
 };
 
 // Element offset of row `row` of slot `slot`, head hv in a [*, HV, 128, 128] state tensor.

@@ -35,21 +35,21 @@ struct KdaFwdArgs {
   // turn. nullptr: the host decided.
   const int* device_plan;
   int64_t q_s[3], k_s[3], v_s[3], g_s[3], out_s[3], beta_s[3];  // batch, token, head
-  int64_t seqlen;      // T (per batch row; the packed length with cu_seqlens)
-  int num_seqs;        // N
-  int heads_v;         // HV
-  int group;           // HV / H (value heads per q/k head)
-  int slices;          // 128 / kVRows: CTAs per (sequence, head)
+  int64_t seqlen;                                               // T (per batch row; the packed length with cu_seqlens)
+  int num_seqs;                                                 // N
+  int heads_v;                                                  // HV
+  int group;                                                    // HV / H (value heads per q/k head)
+  int slices;                                                   // 128 / kVRows: CTAs per (sequence, head)
   float scale;
-  float lower_bound_log2;  // lower_bound * log2(e): gates are kept in base 2
+  float lower_bound_log2;         // lower_bound * log2(e): gates are kept in base 2
   bool initial_fp32, final_fp32;  // state dtypes (they may differ; docs/spec.md)
   bool cu_seqlens_i64;
 };
 
 // Sizes shared by every kernel of the forward (fused, preparation, recurrence).
 struct KdaDims {
-  static constexpr int kDim = 128;   // K = V
-  static constexpr int kChunk = 16;  // tokens per chunk: |lower_bound| * 16 * log2(e) <= 115.4 < 126
+  static constexpr int kDim = 128;           // K = V
+  static constexpr int kChunk = 16;          // tokens per chunk: |lower_bound| * 16 * log2(e) <= 115.4 < 126
   static constexpr int kGroupThreads = 128;  // one producer/loader thread per channel
   // Row pitches (floats) chosen so that the 8-byte fragment loads of a half-warp (rows g = 0..3,
   // columns 2t..2t+1) hit 16 distinct bank pairs: pitch mod 32 = 8 or 24.

@@ -48,9 +48,9 @@ struct PlanArgs {
   float* seg_p;             // P_j
   int* device_plan;         // with KdaFwdArgs::device_plan: the plan kernel writes 1 (fused) or 0
   int sm_count;
-  int seg_chunks;           // L; a value >= every sequence's chunk count means no split
-  int prep_chunks;          // consecutive chunks one preparation CTA prepares
-  int slices;               // CTAs sharing the 128 rows of one part in this launch
+  int seg_chunks;   // L; a value >= every sequence's chunk count means no split
+  int prep_chunks;  // consecutive chunks one preparation CTA prepares
+  int slices;       // CTAs sharing the 128 rows of one part in this launch
 };
 
 // The last n in [0, N) with off[n] <= r (off non-decreasing, off[0] = 0 <= r): a warp-wide search,

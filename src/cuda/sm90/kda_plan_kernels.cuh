@@ -45,8 +45,8 @@ __device__ __forceinline__ void block_exclusive_scan(int64_t (&v)[kSeqTableSums]
 }
 
 // One CTA of 1024 threads builds the SeqTable (reads the caller's index arrays exactly once).
-__global__ void __launch_bounds__(1024) kda_plan_kernel(const __grid_constant__ KdaFwdArgs a,
-                                                        const __grid_constant__ PlanArgs p) {
+__global__ void __launch_bounds__(1024)
+    kda_plan_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p) {
   __shared__ int64_t warp_sums[32][kSeqTableSums];
   __shared__ unsigned long long longest;
   constexpr int C = KdaDims::kChunk;
@@ -102,8 +102,8 @@ __global__ void __launch_bounds__(1024) kda_plan_kernel(const __grid_constant__ 
   }
 }
 
-__global__ void __launch_bounds__(ChainTraits::kThreads) kda_chain_kernel(const __grid_constant__ KdaFwdArgs a,
-                                                                          const __grid_constant__ PlanArgs p) {
+__global__ void __launch_bounds__(ChainTraits::kThreads)
+    kda_chain_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p) {
   constexpr int D = KdaDims::kDim, R = ChainTraits::kRows, kSlices = D / R, kT = ChainTraits::kThreads;
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   auto& sm = *reinterpret_cast<ChainTraits::Smem*>(smem_bytes);

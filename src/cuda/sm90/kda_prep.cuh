@@ -25,8 +25,7 @@ struct WorkspaceSink {
     *reinterpret_cast<float2*>(&tl.q_tilde[t][2 * c]) = make_float2(ptx::round_tf32(q[0]), ptx::round_tf32(q[1]));
     const int at = 4 * KdaPrepared::kq_word(t, c);  // byte offset of the (t, c) pair
     *reinterpret_cast<__half2*>(dst + KdaPrepared::kKTilde + at) = __floats2half2_rn(k[0], k[1]);
-    *reinterpret_cast<__half2*>(dst + KdaPrepared::kQHat + at) =
-        __floats2half2_rn(q[0] * inv_scale, q[1] * inv_scale);
+    *reinterpret_cast<__half2*>(dst + KdaPrepared::kQHat + at) = __floats2half2_rn(q[0] * inv_scale, q[1] * inv_scale);
   }
   __device__ void k_dec(int c, const float (&kd)[KdaDims::kChunk]) const {
     uint32_t h[KdaDims::kChunk / 2];
@@ -76,8 +75,11 @@ __global__ void __launch_bounds__(KdaPrepTraits::kThreads, KdaPrepTraits::kCtasP
   const int64_t stride = int64_t(a.heads_v) * KdaPrepared::kBytes;
   KdaProducer<Tr> producer(a, w, sm.group, 0, threadIdx.x);
   producer.run_chunks(
-      c0, 1, c1, [&](int i) { return WorkspaceSink{sm.tiles, base + i * stride, inv_scale}; }, [](int) {},
-      [](int) {});
+      c0, 1, c1,
+      [&](int i) {
+        return WorkspaceSink{sm.tiles, base + i * stride, inv_scale};
+      },
+      [](int) {}, [](int) {});
 }
 
 }  // namespace flash_kda::cuda::sm90

@@ -13,8 +13,8 @@ cudaError_t launch_kda_plan(const KdaFwdArgs& a, const PlanArgs& p, cudaStream_t
 cudaError_t launch_kda_prep(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas, cudaStream_t stream) {
   const cudaError_t e = raise_smem_limit<kda_prep_kernel>(KdaPrepTraits::kSmemBytes);
   if (e != cudaSuccess) return e;
-  kda_prep_kernel<<<dim3(static_cast<unsigned>(ctas)), KdaPrepTraits::kThreads, KdaPrepTraits::kSmemBytes, stream>>>(
-      a, p);
+  kda_prep_kernel<<<dim3(static_cast<unsigned>(ctas)), KdaPrepTraits::kThreads, KdaPrepTraits::kSmemBytes, stream>>>(a,
+                                                                                                                     p);
   return cudaGetLastError();
 }
 
@@ -35,8 +35,7 @@ template cudaError_t launch_kda_rec<8>(const KdaFwdArgs&, const PlanArgs&, int, 
 cudaError_t launch_kda_chain(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas, cudaStream_t stream) {
   const cudaError_t e = raise_smem_limit<kda_chain_kernel>(ChainTraits::kSmemBytes);
   if (e != cudaSuccess) return e;
-  kda_chain_kernel<<<dim3(static_cast<unsigned>(ctas)), ChainTraits::kThreads, ChainTraits::kSmemBytes, stream>>>(a,
-                                                                                                                  p);
+  kda_chain_kernel<<<dim3(static_cast<unsigned>(ctas)), ChainTraits::kThreads, ChainTraits::kSmemBytes, stream>>>(a, p);
   return cudaGetLastError();
 }
 

@@ -148,8 +148,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   const int warp = threadIdx.x >> 5;
   if (warp < Tr::kLoaderWarps) {
     const uint16_t* v_base = a.v + w.row * a.v_s[0] + w.begin * a.v_s[1] + int64_t(hv) * a.v_s[2] + io.row0;
-    KdaLoader<Tr>{w,      io, sm, prepared_chunk(p, a.heads_v, n, hv, io.chunk0), int64_t(a.heads_v) * KdaPrepared::kBytes,
-                  v_base, a.v_s[1], int(threadIdx.x & 31)}
+    KdaLoader<Tr>{w,
+                  io,
+                  sm,
+                  prepared_chunk(p, a.heads_v, n, hv, io.chunk0),
+                  int64_t(a.heads_v) * KdaPrepared::kBytes,
+                  v_base,
+                  a.v_s[1],
+                  int(threadIdx.x & 31)}
         .run();
   } else {
     KdaConsumer<Tr, PackedStageView<Tr>>(a, w, io, sm, warp - Tr::kLoaderWarps, threadIdx.x & 31).run();

@@ -528,6 +528,7 @@ std::vector<Case> edge_cases() {
   std::vector<Case> cs;
   auto add = [&](Case c) { cs.push_back(c); };
   Case c;
+  // clang-format off (one case a line)
   c = {};
   c.name = "fixed B=2 T=100 H=4 fp32";
   c.batch = 2;
@@ -610,15 +611,19 @@ std::vector<Case> edge_cases() {
   c.seqlen = 100;
   c.lower_bound = -1.f;
   add(c);
+  // clang-format on
   {
+    // clang-format off (one case a line)
     c = {};
     c.name = "many short (64 seqs 1..40)";
     c.H = 2;
+    // clang-format on
     std::uniform_int_distribution<int> len(1, 40);
     for (int i = 0; i < 64; ++i) c.lens.push_back(len(rng()));
     add(c);
   }
   // Work-unit shapes: (sequence, head) pairs decide how many CTAs share one state (8, 4, 2, 1).
+  // clang-format off (one case a line)
   c = {};
   c.name = "20 pairs (2 consumer warps)";
   c.batch = 5;
@@ -634,7 +639,9 @@ std::vector<Case> edge_cases() {
   c.batch = 25;
   c.seqlen = 37;
   add(c);
+  // clang-format on
   // Shapes the split plans cut into segments (forced small segments reach many chain steps).
+  // clang-format off (one case a line)
   c = {};
   c.name = "long varlen 1500/40/0/700 in-place";
   c.lens = {1500, 40, 0, 700};
@@ -675,6 +682,7 @@ std::vector<Case> edge_cases() {
   c.g_shift = -7.f;
   c.collinear = true;
   add(c);
+  // clang-format on
   return cs;
 }
 
@@ -864,6 +872,7 @@ std::vector<DecodeCase> decode_cases() {
       c.batch = 5, c.T = T, c.state = st;
       add(c);
     }
+  // clang-format off (one case a line)
   c = {};
   c.name = "T=2 GVA HV=2H";
   c.batch = 3;
@@ -902,8 +911,10 @@ std::vector<DecodeCase> decode_cases() {
   c.S = 4;
   c.stride = 6;
   c.accepted = true;
+  // clang-format on
   c.state = DType::kBF16;
   add(c);
+  // clang-format off (one case a line)
   c = {};
   c.name = "spec S=8 T=8 column 0";
   c.batch = 3;
@@ -924,7 +935,9 @@ std::vector<DecodeCase> decode_cases() {
   c.S = 4;
   c.accepted = true;
   add(c);
+  // clang-format on
   // Kernel shapes: (sequence, head) pairs decide the rows per thread (1, 2 or 4 on 132 SMs).
+  // clang-format off (one case a line)
   c = {};
   c.name = "160 pairs (2 rows a thread)";
   c.batch = 40;
@@ -949,6 +962,7 @@ std::vector<DecodeCase> decode_cases() {
   c.S = 2;
   c.accepted = true;
   c.state = DType::kBF16;
+  // clang-format on
   add(c);
   return cs;
 }
@@ -1133,6 +1147,7 @@ void run_prefill_pool_case(const PoolCase& pc) {
 std::vector<PoolCase> pool_cases() {
   std::vector<PoolCase> cs;
   PoolCase c;
+  // clang-format off (one case a line)
   c = {};
   c.name = "varlen 300/0/17/90/5 fp32";
   c.lens = {300, 0, 17, 90, 5};
@@ -1153,6 +1168,7 @@ std::vector<PoolCase> pool_cases() {
   c.batch = 25;
   c.seqlen = 37;
   c.state = DType::kBF16;
+  // clang-format on
   cs.push_back(c);
   return cs;
 }

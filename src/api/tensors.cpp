@@ -5,8 +5,8 @@
 
 #include <cmath>
 #include <initializer_list>
-#include <limits>
 #include <iterator>
+#include <limits>
 #include <sstream>
 #include <vector>
 
@@ -148,14 +148,9 @@ float to_float(double x) {
 // The activations, gate parameters and cu_seqlens: everything fwd and decode share. Leaves the
 // number of sequences in *N.
 Status problem_params(const CallArgs& a, ProblemParams* p, int64_t* N) {
-  for (Named t : {Named{"q", &a.q},
-                  {"k", &a.k},
-                  {"v", &a.v},
-                  {"g", &a.g},
-                  {"beta", &a.beta},
-                  {"out", &a.out},
-                  {"A_log", &a.A_log},
-                  {"dt_bias", &a.dt_bias}})
+  const Named required[] = {{"q", &a.q},       {"k", &a.k},     {"v", &a.v},         {"g", &a.g},
+                            {"beta", &a.beta}, {"out", &a.out}, {"A_log", &a.A_log}, {"dt_bias", &a.dt_bias}};
+  for (const Named& t : required)
     if (!t.t->given) return {StatusCode::kTypeMismatch, cat(t.name, ": expected an array (got None)")};
 
   // ---- dtypes ----
@@ -184,9 +179,10 @@ Status problem_params(const CallArgs& a, ProblemParams* p, int64_t* N) {
   if (HV % H != 0)
     return invalid(cat("v: number of value heads HV=", HV, " must be a multiple of the q/k heads H=", H));
   FLASH_KDA_RETURN_IF_ERROR(expect_shape("k", a.k, {B, T, H, K}, "[B, T, H, K] like q"));
+  FLASH_KDA_RETURN_IF_ERROR(expect_shape("g", a.g, {B, T, HV, K},
+                                         [&] { return cat("[B, T, HV, K] = [", B, ", ", T, ", ", HV, ", ", K, "]"); }));
   FLASH_KDA_RETURN_IF_ERROR(
-      expect_shape("g", a.g, {B, T, HV, K}, [&] { return cat("[B, T, HV, K] = [", B, ", ", T, ", ", HV, ", ", K, "]"); }));
-  FLASH_KDA_RETURN_IF_ERROR(expect_shape("beta", a.beta, {B, T, HV}, [&] { return cat("[B, T, HV] = [", B, ", ", T, ", ", HV, "]"); }));
+      expect_shape("beta", a.beta, {B, T, HV}, [&] { return cat("[B, T, HV] = [", B, ", ", T, ", ", HV, "]"); }));
   FLASH_KDA_RETURN_IF_ERROR(expect_shape("out", a.out, {B, T, HV, V}, "[B, T, HV, V] like v"));
   FLASH_KDA_RETURN_IF_ERROR(expect_shape("A_log", a.A_log, {HV}, [&] { return cat("[HV] = [", HV, "]"); }));
   if (!has_shape(a.dt_bias, {HV, K}) && !has_shape(a.dt_bias, {HV * K}))
@@ -204,16 +200,8 @@ Status problem_params(const CallArgs& a, ProblemParams* p, int64_t* N) {
   }
 
   // ---- strides ----
-  for (Named t : {Named{"q", &a.q},
-                  {"k", &a.k},
-                  {"v", &a.v},
-                  {"g", &a.g},
-                  {"beta", &a.beta},
-                  {"out", &a.out},
-                  {"A_log", &a.A_log},
-                  {"dt_bias", &a.dt_bias},
-                  {"cu_seqlens", &a.cu_seqlens},
-                  {"cu_seqlens_cpu", &a.cu_seqlens_cpu}})
+  for (const Named& t : required) FLASH_KDA_RETURN_IF_ERROR(expect_no_negative_strides(t));
+  for (Named t : {Named{"cu_seqlens", &a.cu_seqlens}, {"cu_seqlens_cpu", &a.cu_seqlens_cpu}})
     FLASH_KDA_RETURN_IF_ERROR(expect_no_negative_strides(t));
   FLASH_KDA_RETURN_IF_ERROR(activation_strides("q", a.q, true, &p->q_strides));
   FLASH_KDA_RETURN_IF_ERROR(activation_strides("k", a.k, true, &p->k_strides));
@@ -334,9 +322,8 @@ Status fwd_params(const FwdArgs& a, FwdParams* p, int* device_id, bool data_free
     slots = pool.shape[0];
   }
   if (a.initial_state.given)
-    FLASH_KDA_RETURN_IF_ERROR(
-        expect_state("initial_state", a.initial_state, slots, *p,
-                     [&] { return state_shape(a.state_indices.given ? "P" : "N", *p); }));
+    FLASH_KDA_RETURN_IF_ERROR(expect_state("initial_state", a.initial_state, slots, *p,
+                                           [&] { return state_shape(a.state_indices.given ? "P" : "N", *p); }));
   if (a.final_state.given) {
     const auto text = [&] {
       return !a.state_indices.given  ? state_shape("N", *p)
@@ -410,7 +397,8 @@ Status decode_params(const DecodeArgs& a, DecodeParams* p, int* device_id, bool 
   if (a.num_accepted_tokens.given) {
     if (idx.ndim != 2 || S < 2)
       return invalid("num_accepted_tokens: needs speculative state_indices [N, S] with S > 1");
-    FLASH_KDA_RETURN_IF_ERROR(expect_shape("num_accepted_tokens", a.num_accepted_tokens, {N}, [&] { return cat("[N] = [", N, "]"); }));
+    FLASH_KDA_RETURN_IF_ERROR(
+        expect_shape("num_accepted_tokens", a.num_accepted_tokens, {N}, [&] { return cat("[N] = [", N, "]"); }));
     FLASH_KDA_RETURN_IF_ERROR(expect_no_negative_strides({"num_accepted_tokens", &a.num_accepted_tokens}));
     FLASH_KDA_RETURN_IF_ERROR(expect_contiguous("num_accepted_tokens", a.num_accepted_tokens));
   }

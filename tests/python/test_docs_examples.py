@@ -173,7 +173,7 @@ def signature_mismatches(body):
 
 @pytest.mark.parametrize("block", _params(("signature",)))
 def test_signature_block(block):
-    assert signature_mismatches(block.body) == [], f"{block.name}: not the signature of"
+    assert signature_mismatches(block.body) == [], f"{block.name}: shown otherwise than inspect.signature has them"
 
 
 def test_signature_check_can_fail():

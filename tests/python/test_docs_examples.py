@@ -124,6 +124,12 @@ def test_python_block_runs(block, tmp_path):
     assert r.returncode == 0, f"{block.name} failed:\n{(r.stdout + r.stderr)[-4000:]}"
 
 
+@pytest.mark.parametrize("block", [pytest.param(b, id=b.name) for b in ALL if b.kind in ("run", "run-cuda")])
+def test_python_block_compiles(block):
+    """Every Python block is valid Python, also where a cuda block cannot run."""
+    compile(block.body, block.name, "exec")
+
+
 def test_a_broken_block_fails(tmp_path):
     """The runner reports a snippet that is wrong: the speculative example of docs/serving.md with a
     misspelt keyword argument."""

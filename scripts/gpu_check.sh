@@ -7,8 +7,10 @@
 #      median, copy floor in the run);
 #   4. if Python with torch is present: pip install . (no build isolation: works offline), the
 #      Python benchmark (python -m flash_kda.bench speed: results in OUTDIR/bench_py/) with fla's
-#      Triton chunk_kda timed on the same inputs when fla is importable (fla wheels in .whl/ are
-#      installed into /tmp/site), and pytest including the CUDA tests.
+#      Triton chunk_kda timed on the same inputs when fla is importable, and pytest including the
+#      CUDA tests. fla: have it installed (pip install flash-linear-attention), or, on a machine
+#      without network access, put its wheel files (and those of its dependencies) into .whl/ at the
+#      root of the checkout: they are installed into /tmp/site, which is put on PYTHONPATH.
 # Usage: bash scripts/gpu_check.sh [build-dir] [out-dir]        (FLA_CASES="fixed96 fixed32" by default)
 # The build folder is configured and built here if it holds no kda_gpu_check yet.
 set -uo pipefail

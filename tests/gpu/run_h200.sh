@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GPU checks of the PyTorch layer, for an H200 (sm_90) with torch installed; works offline:
-#   1. install: the fla wheels in .whl/ (if any) into /tmp/site (PYTHONPATH), then flash-kda itself
-#      (pip install --no-build-isolation --no-deps .: compiles the sm_90a kernels);
+#   1. install: flash-kda itself (pip install --no-build-isolation --no-deps .: compiles the sm_90a
+#      kernels). The fla tests need fla: have it installed (pip install flash-linear-attention),
+#      or, without network access, put its wheel files (and its dependencies') into .whl/ at the
+#      root of the checkout: they are installed into /tmp/site, which is put on PYTHONPATH;
 #   2. test: pytest tests/python (CUDA tests included: CUDA graphs, streams, torch.compile on CUDA)
 #      and tests/gpu (fla 0.6.0 dispatching chunk_kda to flash-kda, against its Triton path);
 #   3. bench: bench/host_overhead.py (microseconds per eager call of fwd, chunk_kda, the operators).

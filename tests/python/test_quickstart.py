@@ -3,9 +3,10 @@ copy of the repository (configure, build, ctest, install into a scratch $HOME/.l
 a consumer project and examples/ against the installed package with find_package(flash_kda)); the
 README's C++ quick start shows commands of that page.
 
-Blocks of the page: ```sh blocks run in one bash script (set -euo pipefail); a ```cmake or ```cpp
-block whose first line is a comment naming a path (`# my_engine/CMakeLists.txt`) is written to that
-path first. A block right after the line `<!-- not run -->` is left out (there is none today).
+The page's ```sh blocks run in one bash script (set -euo pipefail); a ```cmake or ```cpp block whose
+first line is a comment naming a path (`# my_engine/CMakeLists.txt`) is written to that path first.
+The convention of info strings, and the parser, are those of every page: tests/python/doc_blocks.py
+(tests/python/test_docs_examples.py checks and runs the other blocks).
 """
 
 from __future__ import annotations
@@ -17,34 +18,9 @@ import subprocess
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from doc_blocks import ROOT, blocks, cmake_configure, consumer_project, copy_of_the_repository, doc_script
+
 DOC = os.path.join(ROOT, "docs", "quickstart-cpp.md")
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
-PATH_COMMENT = re.compile(r"^(?:#|//)\s*([\w./-]+\.(?:txt|cpp|h|cmake))\s*$")
-
-
-def blocks(text):
-    """(language, body, preceded by <!-- not run -->) of every fenced block of a markdown text."""
-    out = []
-    for m in FENCE.finditer(text):
-        before = text[:m.start()].rstrip().rsplit("\n", 1)[-1]
-        out.append((m.group(1), m.group(2), before.strip() == "<!-- not run -->"))
-    return out
-
-
-def doc_script(text):
-    """The page as (files to write {path: content}, the bash script of its sh blocks)."""
-    files, script = {}, []
-    for lang, body, skipped in blocks(text):
-        if skipped:
-            continue
-        if lang == "sh":
-            script.append(body)
-        elif lang in ("cmake", "cpp"):
-            m = PATH_COMMENT.match(body.split("\n", 1)[0])
-            if m:
-                files[m.group(1)] = body
-    return files, "\n".join(script)
 
 
 def readme_cpp_section():
@@ -63,8 +39,8 @@ def test_parser_reads_the_page():
     for command in ("cmake -S . -B build/release", "ctest --test-dir build/release", "cmake --install",
                     "cmake -S examples", "./build/example/kda_forward", "./my_engine/build/my_engine"):
         assert command in script, command
-    # a skipped block is left out, a block without a path comment is not written
-    files, script = doc_script("<!-- not run -->\n```sh\nexit 1\n```\n```cpp\nint x;\n```\n```sh\ntrue\n```\n")
+    # a shown block is left out, a C++ block without a path comment is not a file of the project
+    files, script = doc_script("```bash\nexit 1\n```\n```cpp\nint x;\n```\n```sh\ntrue\n```\n")
     assert files == {} and script == "true\n"
 
 
@@ -74,24 +50,10 @@ def test_readme_shows_the_pages_commands():
     doc_lines = {line.strip() for line in script.splitlines()}
     section = readme_cpp_section()
     assert "docs/quickstart-cpp.md" in section
-    commands = [line.strip() for lang, body, _ in blocks(section) if lang == "sh" for line in body.splitlines()]
+    commands = [line.strip() for b in blocks(section) if b.kind == "script" for line in b.body.splitlines()]
     assert commands, "the README's C++ quick start shows no commands"
     for line in commands:
         assert line in doc_lines, f"README command not on docs/quickstart-cpp.md (so not tested): {line}"
-
-
-def _copy_of_the_repository(dest):
-    """The files a fresh clone has (tracked, plus untracked ones git does not ignore)."""
-    try:
-        listed = subprocess.run(["git", "-C", ROOT, "ls-files", "-co", "--exclude-standard", "-z"],
-                                capture_output=True, check=True).stdout.decode().split("\0")
-    except (OSError, subprocess.CalledProcessError):
-        pytest.skip("not a git checkout: cannot tell the repository's files from build outputs")
-    for rel in filter(None, listed):
-        src = os.path.join(ROOT, rel)
-        if os.path.isfile(src):
-            os.makedirs(os.path.join(dest, os.path.dirname(rel)), exist_ok=True)
-            shutil.copy2(src, os.path.join(dest, rel))
 
 
 def test_quickstart_runs_as_written(tmp_path):
@@ -101,7 +63,8 @@ def test_quickstart_runs_as_written(tmp_path):
         files, script = doc_script(f.read())
     work, home = tmp_path / "flash-kda", tmp_path / "home"
     home.mkdir()
-    _copy_of_the_repository(work)
+    if not copy_of_the_repository(work):
+        pytest.skip("not a git checkout: cannot tell the repository's files from build outputs")
     for rel, body in files.items():
         os.makedirs(work / os.path.dirname(rel), exist_ok=True)
         (work / rel).write_text(body)
@@ -118,24 +81,14 @@ def test_quickstart_runs_as_written(tmp_path):
     assert list(installed.glob("lib*/cmake/flash_kda/flash_kdaConfig.cmake"))
 
 
-def _configure(source, build, *defines):
-    return subprocess.run(["cmake", "-S", str(source), "-B", str(build), "-DFLASH_KDA_ENABLE_CUDA=OFF", *defines],
-                          capture_output=True, text=True, timeout=300)
-
-
 def test_inside_another_project_no_googletest_is_needed(tmp_path):
     """add_subdirectory(flash-kda) builds the library alone: tests, tools and examples default to
     OFF, so a consumer without GoogleTest configures."""
     if shutil.which("cmake") is None:
         pytest.skip("cmake is not installed")
     consumer = tmp_path / "engine"
-    consumer.mkdir()
-    (consumer / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.24)\nproject(engine LANGUAGES CXX)\n"
-        f'add_subdirectory("{ROOT}" flash-kda)\n'
-        "add_executable(engine main.cpp)\ntarget_link_libraries(engine PRIVATE flash_kda::flash_kda)\n")
-    (consumer / "main.cpp").write_text("#include <flash_kda/flash_kda.h>\nint main() { return 0; }\n")
-    r = _configure(consumer, tmp_path / "build", "-DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON")
+    consumer_project(consumer, {"engine": "#include <flash_kda/flash_kda.h>\nint main() { return 0; }\n"})
+    r = cmake_configure(consumer, tmp_path / "build", "-DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON")
     assert r.returncode == 0, r.stdout + r.stderr
     cache = (tmp_path / "build" / "CMakeCache.txt").read_text()
     for option in ("FLASH_KDA_BUILD_TESTS", "FLASH_KDA_BUILD_TOOLS", "FLASH_KDA_BUILD_EXAMPLES"):
@@ -145,8 +98,8 @@ def test_inside_another_project_no_googletest_is_needed(tmp_path):
 def test_missing_googletest_is_a_clear_error(tmp_path):
     if shutil.which("cmake") is None:
         pytest.skip("cmake is not installed")
-    r = _configure(ROOT, tmp_path / "build", "-DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON")
+    r = cmake_configure(ROOT, tmp_path / "build", "-DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON")
     assert r.returncode != 0
     assert "GoogleTest was not found" in r.stderr and "-DFLASH_KDA_BUILD_TESTS=OFF" in r.stderr
-    r = _configure(ROOT, tmp_path / "build2", "-DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON", "-DFLASH_KDA_BUILD_TESTS=OFF")
+    r = cmake_configure(ROOT, tmp_path / "build2", "-DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON", "-DFLASH_KDA_BUILD_TESTS=OFF")
     assert r.returncode == 0, r.stdout + r.stderr

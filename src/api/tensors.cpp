@@ -343,7 +343,7 @@ Status fwd_params(const FwdArgs& a, FwdParams* p, int* device_id, bool data_free
 
   // ---- checkpoints: a pool [P2, HV, V, K], slots [N, M], starts [N] ----
   int64_t ckpt_columns = 0, ckpt_stride = 0;
-  if (a.checkpoint_interval != 0) {
+  if (a.checkpoint_interval > 0) {
     for (Named t : {Named{"checkpoint_state", &a.checkpoint_state}, {"checkpoint_indices", &a.checkpoint_indices}})
       if (!t.t->given) return {StatusCode::kTypeMismatch, cat(t.name, ": expected an array with checkpoint_interval (got None)")};
   }

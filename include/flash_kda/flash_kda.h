@@ -154,15 +154,15 @@ struct FwdParams : ProblemParams {
   // (same pointer, dtype and number of slots); its written checkpoint slots must then be slots no
   // active sequence of the call reads or writes as its state. The CUDA backend does not support
   // checkpoints yet (kUnsupported).
-  int64_t checkpoint_interval = 0;                // I; 0: no checkpoints
-  const void* checkpoint_start = nullptr;         // int32 / int64 [N], each >= 0; nullptr: all 0
-  DType checkpoint_start_dtype = DType::kNone;    // kI32 or kI64, with checkpoint_start
-  void* checkpoint_state = nullptr;               // [checkpoint_pool_size, HV, V, K], contiguous
-  DType checkpoint_state_dtype = DType::kNone;    // kBF16 or kF32
-  int64_t checkpoint_pool_size = 0;               // P2
-  const int32_t* checkpoint_indices = nullptr;    // int32 [N, checkpoint_columns]
-  int64_t checkpoint_columns = 0;                 // M: boundaries per sequence that can be written
-  int64_t checkpoint_indices_stride = 0;          // elements between rows; 0 means checkpoint_columns
+  int64_t checkpoint_interval = 0;              // I; 0: no checkpoints
+  const void* checkpoint_start = nullptr;       // int32 / int64 [N], each >= 0; nullptr: all 0
+  DType checkpoint_start_dtype = DType::kNone;  // kI32 or kI64, with checkpoint_start
+  void* checkpoint_state = nullptr;             // [checkpoint_pool_size, HV, V, K], contiguous
+  DType checkpoint_state_dtype = DType::kNone;  // kBF16 or kF32
+  int64_t checkpoint_pool_size = 0;             // P2
+  const int32_t* checkpoint_indices = nullptr;  // int32 [N, checkpoint_columns]
+  int64_t checkpoint_columns = 0;               // M: boundaries per sequence that can be written
+  int64_t checkpoint_indices_stride = 0;        // elements between rows; 0 means checkpoint_columns
 
   // ---- scratch memory (caller-owned; see workspace_size) ----
   void* workspace = nullptr;

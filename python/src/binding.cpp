@@ -385,8 +385,9 @@ NB_MODULE(_C, m) {
         arr("A_log"), arr("dt_bias"), nb::arg("lower_bound").none(), opt("initial_state"), opt("final_state"),
         opt("cu_seqlens"), opt("cu_seqlens_cpu"), opt("state_indices"), opt("has_initial_state"),
         opt("checkpoint_state"), opt("checkpoint_indices"), opt("checkpoint_start"), nb::kw_only(),
-        nb::arg("checkpoint_interval").none() = nb::none(), nb::arg("backend") = "auto", nb::arg("stream") = 0, nb::arg("cpu_threads") = 0, nb::arg("bf16_bits") = 0,
-        nb::arg("read_only") = 0, nb::arg("allocate").none() = nb::none(), nb::arg("run") = true,
+        nb::arg("checkpoint_interval").none() = nb::none(), nb::arg("backend") = "auto", nb::arg("stream") = 0,
+        nb::arg("cpu_threads") = 0, nb::arg("bf16_bits") = 0, nb::arg("read_only") = 0,
+        nb::arg("allocate").none() = nb::none(), nb::arg("run") = true,
         "Runs the KDA forward in place on DLPack arrays. backend: 'auto' (where the arrays live), 'cuda', "
         "'cpu' or 'reference'. stream: a cudaStream_t as an integer (0: the legacy default stream). "
         "bf16_bits / read_only: bit i set when array argument i (in this order) is bf16 passed as 16-bit "

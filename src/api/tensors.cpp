@@ -345,7 +345,8 @@ Status fwd_params(const FwdArgs& a, FwdParams* p, int* device_id, bool data_free
   int64_t ckpt_columns = 0, ckpt_stride = 0;
   if (a.checkpoint_interval > 0) {
     for (Named t : {Named{"checkpoint_state", &a.checkpoint_state}, {"checkpoint_indices", &a.checkpoint_indices}})
-      if (!t.t->given) return {StatusCode::kTypeMismatch, cat(t.name, ": expected an array with checkpoint_interval (got None)")};
+      if (!t.t->given)
+        return {StatusCode::kTypeMismatch, cat(t.name, ": expected an array with checkpoint_interval (got None)")};
   }
   if (a.checkpoint_state.given) {
     FLASH_KDA_RETURN_IF_ERROR(expect_dtype("checkpoint_state", a.checkpoint_state, {DType::kF32, DType::kBF16}));

@@ -325,8 +325,8 @@ Status copy_and_check_checkpoints(const FwdParams& p, HostIndices& idx) {
   for (int64_t i = 0; i < N * M; ++i) {
     const int32_t slot = idx.checkpoint_slots[size_t(i)];
     if (slot < -1 || slot >= P2)
-      return invalid(cat("checkpoint_indices: entry [", i / M, ", ", i % M, "] is ", slot,
-                         ", outside [-1, ", P2, ") (-1 skips a checkpoint; the pool has ", P2, " slots)"));
+      return invalid(cat("checkpoint_indices: entry [", i / M, ", ", i % M, "] is ", slot, ", outside [-1, ", P2,
+                         ") (-1 skips a checkpoint; the pool has ", P2, " slots)"));
   }
   struct Use {
     int64_t slot, seq, column;  // column -1: the sequence's state slot
@@ -350,7 +350,8 @@ Status copy_and_check_checkpoints(const FwdParams& p, HostIndices& idx) {
     if (a.slot != b.slot || b.column < 0) continue;
     if (a.column < 0)
       return invalid(cat("checkpoint_indices: slot ", b.slot, " (sequence ", b.seq, ", column ", b.column,
-                         ") is the state slot of sequence ", a.seq, " in ", is_initial ? "initial_state" : "final_state",
+                         ") is the state slot of sequence ", a.seq, " in ",
+                         is_initial ? "initial_state" : "final_state",
                          ", which checkpoint_state is (checkpoints must go to slots no sequence uses as its state)"));
     return invalid(cat("checkpoint_indices: slot ", b.slot, " is written twice (sequence ", a.seq, " column ", a.column,
                        ", sequence ", b.seq, " column ", b.column, "; written checkpoint slots must be distinct)"));
@@ -579,8 +580,8 @@ Status check(const FwdParams& p, HostIndices* out_idx, bool data_free) {
                               p.checkpoint_pool_size * per_slot * elem_bytes(p.checkpoint_state_dtype), true));
     const int64_t M = p.checkpoint_columns;
     const int64_t row_stride = p.checkpoint_indices_stride > 0 ? p.checkpoint_indices_stride : M;
-    spans.push_back(span_of("checkpoint_indices", p.checkpoint_indices, N > 0 && M > 0 ? ((N - 1) * row_stride + M) * 4 : 0,
-                            false));
+    spans.push_back(span_of("checkpoint_indices", p.checkpoint_indices,
+                            N > 0 && M > 0 ? ((N - 1) * row_stride + M) * 4 : 0, false));
     if (p.checkpoint_start)
       spans.push_back(span_of("checkpoint_start", p.checkpoint_start, N * elem_bytes(p.checkpoint_start_dtype), false));
   }

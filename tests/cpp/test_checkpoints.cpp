@@ -365,8 +365,8 @@ INSTANTIATE_TEST_SUITE_P(Backends, Checkpoints,
 struct CheckpointCall {
   Problem pb;
   Result r;
-  StateBuffer pool;      // the checkpoint pool (slots 0..5)
-  StateBuffer states;    // a state pool of 4 slots
+  StateBuffer pool;    // the checkpoint pool (slots 0..5)
+  StateBuffer states;  // a state pool of 4 slots
   std::vector<int32_t> state_slots{1, 3};
   std::vector<int32_t> indices{0, 1, 2, 3};  // [2, 2]
   std::vector<int64_t> starts{3, 16};
@@ -423,8 +423,7 @@ std::vector<BadCheckpoint> bad_checkpoints() {
       {"NullIndices", kInvalid, "checkpoint_indices", [](CheckpointCall& c) { c.p.checkpoint_indices = nullptr; }},
       {"StateDtype", kType, "checkpoint_state", [](CheckpointCall& c) { c.p.checkpoint_state_dtype = DType::kI32; }},
       {"StartDtype", kType, "checkpoint_start", [](CheckpointCall& c) { c.p.checkpoint_start_dtype = DType::kBF16; }},
-      {"NegativePoolSize", kInvalid, "checkpoint_pool_size",
-       [](CheckpointCall& c) { c.p.checkpoint_pool_size = -1; }},
+      {"NegativePoolSize", kInvalid, "checkpoint_pool_size", [](CheckpointCall& c) { c.p.checkpoint_pool_size = -1; }},
       {"NegativeColumns", kInvalid, "checkpoint_indices", [](CheckpointCall& c) { c.p.checkpoint_columns = -1; }},
       {"RowStrideBelowColumns", kInvalid, "checkpoint_indices",
        [](CheckpointCall& c) { c.p.checkpoint_indices_stride = 1; }},
@@ -512,7 +511,8 @@ TEST_P(CheckpointRejections, NamesTheArgumentAndWritesNothing) {
   const StateBuffer pool_before = fresh.pool, states_before = fresh.states;
   const Status s = fwd(fresh.p);
   EXPECT_EQ(s.code, bad.code) << s.message;
-  EXPECT_EQ(s.message.rfind(bad.argument + ":", 0), 0u) << "message should name '" << bad.argument << "': " << s.message;
+  EXPECT_EQ(s.message.rfind(bad.argument + ":", 0), 0u)
+      << "message should name '" << bad.argument << "': " << s.message;
   EXPECT_TRUE(fresh.r.out == out_before) << "out was modified by a rejected call";
   EXPECT_TRUE(fresh.pool == pool_before) << "the checkpoint pool was modified by a rejected call";
   EXPECT_TRUE(fresh.states == states_before) << "the state pool was modified by a rejected call";

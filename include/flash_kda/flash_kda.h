@@ -143,6 +143,27 @@ struct FwdParams : ProblemParams {
   // initial_state. nullptr: every sequence starts from initial_state.
   const uint8_t* has_initial_state = nullptr;  // bool / uint8 [N]
 
+  // ---- prefix-cache checkpoints (optional; docs/spec.md, Extensions; docs/serving.md) ----
+  // With checkpoint_interval I > 0 (a multiple of 16), sequence n, whose first token sits at the
+  // absolute position s_n = checkpoint_start[n] (0 without checkpoint_start), writes its state after
+  // the token at absolute position B - 1 for every B = (s_n / I + m + 1) * I <= s_n + L_n (m = 0,
+  // 1, ...: the multiples of I it reaches) into slot checkpoint_indices[n * stride + m] of
+  // checkpoint_state, for m < checkpoint_columns. A slot of -1 skips that one; slots no boundary
+  // names are not touched. The host backends check every slot (in [-1, checkpoint_pool_size), the
+  // written ones distinct). checkpoint_state may be the initial_state or final_state pool itself
+  // (same pointer, dtype and number of slots); its written checkpoint slots must then be slots no
+  // active sequence of the call reads or writes as its state. The CUDA backend does not support
+  // checkpoints yet (kUnsupported).
+  int64_t checkpoint_interval = 0;              // I; 0: no checkpoints
+  const void* checkpoint_start = nullptr;       // int32 / int64 [N], each >= 0; nullptr: all 0
+  DType checkpoint_start_dtype = DType::kNone;  // kI32 or kI64, with checkpoint_start
+  void* checkpoint_state = nullptr;             // [checkpoint_pool_size, HV, V, K], contiguous
+  DType checkpoint_state_dtype = DType::kNone;  // kBF16 or kF32
+  int64_t checkpoint_pool_size = 0;             // P2
+  const int32_t* checkpoint_indices = nullptr;  // int32 [N, checkpoint_columns]
+  int64_t checkpoint_columns = 0;               // M: boundaries per sequence that can be written
+  int64_t checkpoint_indices_stride = 0;        // elements between rows; 0 means checkpoint_columns
+
   // ---- scratch memory (caller-owned; see workspace_size) ----
   void* workspace = nullptr;
   size_t workspace_bytes = 0;

@@ -18,7 +18,8 @@ MAX_DECODE_TOKENS = 8  # flash_kda::kMaxDecodeTokens
 # state_indices and num_accepted_tokens take the positions of initial_state, state_indices and
 # has_initial_state.
 FWD_NAMES = ("q", "k", "v", "g", "beta", "out", "A_log", "dt_bias", "cu_seqlens", "cu_seqlens_cpu",
-             "initial_state", "final_state", "state_indices", "has_initial_state")
+             "initial_state", "final_state", "state_indices", "has_initial_state", "checkpoint_state",
+             "checkpoint_indices", "checkpoint_start")
 DECODE_NAMES = ("q", "k", "v", "g", "beta", "out", "A_log", "dt_bias", "cu_seqlens", "cu_seqlens_cpu",
                 "state", None, "state_indices", "num_accepted_tokens")
 
@@ -53,7 +54,7 @@ def _export_one(name, a, bit):
         # copy); an output so marked cannot be written in place. (The conjugate bit exists on
         # complex tensors only, whose dtype the C++ layer rejects.)
         if a.is_neg():
-            if name in ("out", "final_state", "state"):
+            if name in ("out", "final_state", "state", "checkpoint_state"):
                 raise ValueError(f"{name}: a tensor with the negative bit set (a lazy view) cannot be "
                                  "written in place; pass a resolved tensor")
             a = a.resolve_neg()

@@ -56,7 +56,8 @@ def _cuda_route(q):
 
 
 def fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state=None, final_state=None,
-        cu_seqlens=None, cu_seqlens_cpu=None, state_indices=None, has_initial_state=None, backend=None):
+        cu_seqlens=None, cu_seqlens_cpu=None, state_indices=None, has_initial_state=None, backend=None,
+        checkpoint_interval=None, checkpoint_state=None, checkpoint_indices=None, checkpoint_start=None):
     cuda = _cuda_route(q)
     stream, allocate = 0, None
     if cuda is not None:
@@ -65,11 +66,12 @@ def fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state
         allocate = cuda.allocator(q.device)
     arrays, bf16_bits, read_only = export(FWD_NAMES, (
         q, k, v, g, beta, out, A_log, dt_bias, cu_seqlens, cu_seqlens_cpu, initial_state, final_state,
-        state_indices, has_initial_state))
+        state_indices, has_initial_state, checkpoint_state, checkpoint_indices, checkpoint_start))
     a = arrays
     _C.fwd(a[0], a[1], a[2], a[3], a[4], scale, a[5], a[6], a[7], lower_bound, a[10], a[11], a[8], a[9],
-           a[12], a[13], backend=backend_name(backend), stream=stream, bf16_bits=bf16_bits,
-           read_only=read_only, allocate=allocate)
+           a[12], a[13], a[14], a[15], a[16], checkpoint_interval=checkpoint_interval,
+           backend=backend_name(backend), stream=stream, bf16_bits=bf16_bits, read_only=read_only,
+           allocate=allocate)
 
 
 def decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,

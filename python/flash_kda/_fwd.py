@@ -40,6 +40,10 @@ def fwd(
     cu_seqlens_cpu=None,
     state_indices=None,
     has_initial_state=None,
+    checkpoint_interval=None,
+    checkpoint_state=None,
+    checkpoint_indices=None,
+    checkpoint_start=None,
 ):
     """Kimi Delta Attention forward, FlashKDA's signature: writes ``out`` (and ``final_state``) in
     place and returns None.
@@ -93,6 +97,18 @@ def fwd(
     support that yet (NotImplementedError). No buffer the call writes may share memory with another
     argument, except ``final_state`` being ``initial_state`` (docs/spec.md, Aliasing).
 
+    Prefix-cache checkpoints (keyword-only, docs/serving.md "Prefix-cache checkpoints"; the
+    definition is docs/spec.md's Extensions): with ``checkpoint_interval`` I (a positive multiple
+    of 16; None or 0: none), sequence n whose first token sits at the absolute position
+    ``checkpoint_start[n]`` (int32/int64 [N]; None: all 0) writes its state after every absolute
+    position B - 1 with B a multiple of I it reaches (B <= start + length) into slot
+    ``checkpoint_indices[n, m]`` (int32 [N, M], last dimension contiguous; m counts the multiples
+    reached) of ``checkpoint_state`` (bf16/fp32 [P2, HV, V, K], contiguous, in its dtype). A slot of
+    -1 skips that one, boundaries past column M are not written, other slots are not touched.
+    ``checkpoint_state`` may be the state pool itself; its written checkpoint slots must then be
+    slots no sequence of the call uses as its state. Host backends only: the CUDA backend raises
+    NotImplementedError (pending).
+
     Raises TypeError for a wrong dtype, ValueError for a wrong shape, stride, device or value
     (always before anything is written; the message starts with the argument's name),
     NotImplementedError (a RuntimeError) for a valid call this build or device cannot run (e.g. CUDA
@@ -113,8 +129,10 @@ def fwd(
         from . import torch_ops  # registers the operators; a plain import, which torch.compile traces
 
         torch_ops.fwd_op(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state,
-                         final_state, cu_seqlens, cu_seqlens_cpu, backend, state_indices, has_initial_state)
+                         final_state, cu_seqlens, cu_seqlens_cpu, backend, state_indices, has_initial_state,
+                         checkpoint_interval, checkpoint_state, checkpoint_indices, checkpoint_start)
         return None
     _eager.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
-               cu_seqlens, cu_seqlens_cpu, state_indices, has_initial_state, backend)
+               cu_seqlens, cu_seqlens_cpu, state_indices, has_initial_state, backend, checkpoint_interval,
+               checkpoint_state, checkpoint_indices, checkpoint_start)
     return None

@@ -4,19 +4,21 @@ Importing this module imports torch and registers three operators (docs/torch.md
 
 ``torch.ops.flash_kda.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound,
 initial_state, final_state, cu_seqlens=None, cu_seqlens_cpu=None, backend=None,
-state_indices=None, has_initial_state=None) -> ()``
-    ``flash_kda.fwd`` as an operator: mutates ``out`` and ``final_state`` (a state pool with
-    ``state_indices``).
+state_indices=None, has_initial_state=None, checkpoint_interval=None, checkpoint_state=None,
+checkpoint_indices=None, checkpoint_start=None) -> ()``
+    ``flash_kda.fwd`` as an operator: mutates ``out``, ``final_state`` (a state pool with
+    ``state_indices``) and ``checkpoint_state`` (prefix-cache checkpoints).
 
 ``torch.ops.flash_kda.decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state,
 state_indices, num_accepted_tokens=None, cu_seqlens=None, backend=None) -> ()``
     ``flash_kda.decode`` as an operator: mutates ``out`` and the pool ``state``.
 
 ``torch.ops.flash_kda.chunk_kda(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound,
-initial_state, cu_seqlens, cu_seqlens_cpu, output_final_state) -> (out, final_state)``
-    functional: allocates and returns ``out`` [B, T, HV, V] (bf16) and ``final_state``
-    [N, HV, V, K] (the dtype of ``initial_state``, fp32 without one); ``final_state`` has shape [0]
-    when ``output_final_state`` is False.
+initial_state, cu_seqlens, cu_seqlens_cpu, output_final_state, checkpoint_interval=None,
+checkpoint_state=None, checkpoint_indices=None, checkpoint_start=None) -> (out, final_state)``
+    allocates and returns ``out`` [B, T, HV, V] (bf16) and ``final_state`` [N, HV, V, K] (the
+    dtype of ``initial_state``, fp32 without one); ``final_state`` has shape [0] when
+    ``output_final_state`` is False. Mutates only ``checkpoint_state`` (when given).
 
 Their implementations are the eager calls (flash_kda._eager: one call into the compiled layer,
 which checks every argument in C++ and provides the CUDA workspace). Their fake (meta)
@@ -59,7 +61,7 @@ def _real(name, x):
 
 # ---- operators -----------------------------------------------------------------------------------
 
-@torch.library.custom_op("flash_kda::fwd", mutates_args=("out", "final_state"))
+@torch.library.custom_op("flash_kda::fwd", mutates_args=("out", "final_state", "checkpoint_state"))
 def _fwd_op(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -80,19 +82,29 @@ def _fwd_op(
     backend: Optional[str] = None,
     state_indices: Optional[torch.Tensor] = None,
     has_initial_state: Optional[torch.Tensor] = None,
+    # checkpoint_state is a mutated argument with a default: torch before 2.12 may fail (see above)
+    # when it is None and trailing; checkpoint_interval comes last so that a call with checkpoints
+    # passes it, and every argument before it, explicitly.
+    checkpoint_state: Optional[torch.Tensor] = None,
+    checkpoint_indices: Optional[torch.Tensor] = None,
+    checkpoint_start: Optional[torch.Tensor] = None,
+    checkpoint_interval: Optional[int] = None,
 ) -> None:
     _eager.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
-               cu_seqlens, cu_seqlens_cpu, state_indices, has_initial_state, backend)
+               cu_seqlens, cu_seqlens_cpu, state_indices, has_initial_state, backend, checkpoint_interval,
+               checkpoint_state, checkpoint_indices, checkpoint_start)
 
 
 @_fwd_op.register_fake
 def _fwd_fake(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state=None,
               final_state=None, cu_seqlens=None, cu_seqlens_cpu=None, backend=None, state_indices=None,
-              has_initial_state=None):
+              has_initial_state=None, checkpoint_state=None, checkpoint_indices=None, checkpoint_start=None,
+              checkpoint_interval=None):
     d = describe
     _C.check_fwd(d(q), d(k), d(v), d(g), d(beta), scale, d(out), d(A_log), d(dt_bias), lower_bound,
                  d(initial_state), d(final_state), d(cu_seqlens), d(cu_seqlens_cpu), d(state_indices),
-                 d(has_initial_state), backend="auto" if backend is None else backend)
+                 d(has_initial_state), d(checkpoint_state), d(checkpoint_indices), d(checkpoint_start),
+                 checkpoint_interval=checkpoint_interval, backend="auto" if backend is None else backend)
 
 
 @torch.library.custom_op("flash_kda::decode", mutates_args=("out", "state"))
@@ -127,10 +139,27 @@ def _decode_fake(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, stat
 
 
 def fwd_op(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
-           cu_seqlens, cu_seqlens_cpu, backend, state_indices, has_initial_state):
+           cu_seqlens, cu_seqlens_cpu, backend, state_indices, has_initial_state, checkpoint_interval=None,
+           checkpoint_state=None, checkpoint_indices=None, checkpoint_start=None):
     """flash_kda.fwd while traced: the operator (its float arguments made Python floats)."""
+    if checkpoint_interval is None and checkpoint_state is None and checkpoint_indices is None \
+            and checkpoint_start is None:
+        _fwd_op(q, k, v, g, beta, _real("scale", scale), out, A_log, dt_bias, _real("lower_bound", lower_bound),
+                initial_state, final_state, cu_seqlens, cu_seqlens_cpu, backend, state_indices,
+                has_initial_state)
+        return
     _fwd_op(q, k, v, g, beta, _real("scale", scale), out, A_log, dt_bias, _real("lower_bound", lower_bound),
-            initial_state, final_state, cu_seqlens, cu_seqlens_cpu, backend, state_indices, has_initial_state)
+            initial_state, final_state, cu_seqlens, cu_seqlens_cpu, backend, state_indices, has_initial_state,
+            checkpoint_state, checkpoint_indices, checkpoint_start, _interval(checkpoint_interval))
+
+
+def _interval(x):
+    """checkpoint_interval as the operator's int (None stays None; the C++ layer checks the value)."""
+    if x is None or isinstance(x, int):
+        return x
+    if isinstance(x, bool) or not hasattr(x, "__index__"):
+        raise TypeError(f"checkpoint_interval: expected an integer or None (got {type(x).__name__})")
+    return x.__index__()
 
 
 def decode_op(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
@@ -161,7 +190,7 @@ def _final_state(q, v, initial_state, cu_seqlens):
     return torch.empty((N, v.shape[2], v.shape[3], q.shape[3]), dtype=dtype, device=q.device)
 
 
-@torch.library.custom_op("flash_kda::chunk_kda", mutates_args=())
+@torch.library.custom_op("flash_kda::chunk_kda", mutates_args=("checkpoint_state",))
 def _chunk_op(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -176,19 +205,28 @@ def _chunk_op(
     cu_seqlens: Optional[torch.Tensor],
     cu_seqlens_cpu: Optional[torch.Tensor],
     output_final_state: bool,
+    checkpoint_state: Optional[torch.Tensor] = None,
+    checkpoint_indices: Optional[torch.Tensor] = None,
+    checkpoint_start: Optional[torch.Tensor] = None,
+    checkpoint_interval: Optional[int] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     out, final = _allocate(q, v, initial_state, cu_seqlens, output_final_state)
     _eager.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final,
-               cu_seqlens, cu_seqlens_cpu)
+               cu_seqlens, cu_seqlens_cpu, checkpoint_interval=checkpoint_interval,
+               checkpoint_state=checkpoint_state, checkpoint_indices=checkpoint_indices,
+               checkpoint_start=checkpoint_start)
     return out, _placeholder(q) if final is None else final
 
 
 @_chunk_op.register_fake
 def _chunk_fake(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial_state, cu_seqlens,
-                cu_seqlens_cpu, output_final_state):
+                cu_seqlens_cpu, output_final_state, checkpoint_state=None, checkpoint_indices=None,
+                checkpoint_start=None, checkpoint_interval=None):
     out, final = _allocate(q, v, initial_state, cu_seqlens, output_final_state)
     _fwd_fake(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final,
-              cu_seqlens, cu_seqlens_cpu)
+              cu_seqlens, cu_seqlens_cpu, checkpoint_state=checkpoint_state,
+              checkpoint_indices=checkpoint_indices, checkpoint_start=checkpoint_start,
+              checkpoint_interval=checkpoint_interval)
     return out, _placeholder(q) if final is None else final
 
 
@@ -231,6 +269,10 @@ def chunk_kda(
     dt_bias=None,
     chunk_size=64,
     transpose_state_layout=None,
+    checkpoint_interval=None,
+    checkpoint_state=None,
+    checkpoint_indices=None,
+    checkpoint_start=None,
 ):
     """KDA forward with flash-linear-attention's ``chunk_kda`` interface (fla 0.6.0 argument names
     and positions); allocates and returns ``(o, final_state)``.
@@ -252,6 +294,11 @@ def chunk_kda(
     and ``use_graph`` (the kernel is CUDA-graph safe anyway) are accepted and have no effect;
     ``chunk_size`` is checked (32 or 64) and ignored. ``state_v_first=False`` transposes the states
     in and out (one copy each way).
+
+    Prefix-cache checkpoints (keyword-only, flash-kda's own): ``checkpoint_interval``,
+    ``checkpoint_state``, ``checkpoint_indices``, ``checkpoint_start`` as in :func:`flash_kda.fwd`;
+    ``checkpoint_state`` is written in place, V-first [P2, HV, V, K] whatever ``state_v_first``
+    says (host backends only; CUDA support is pending).
 
     Everything else is checked as by :func:`flash_kda.fwd` (TypeError / ValueError naming the
     argument). CUDA tensors run on the current stream; ``cu_seqlens`` on CUDA are checked through a
@@ -280,9 +327,13 @@ def chunk_kda(
         initial_state = initial_state.transpose(2, 3).contiguous()
 
     if _is_compiling() or _dispatch_depth():
+        ckpt = ()
+        if not (checkpoint_interval is None and checkpoint_state is None and checkpoint_indices is None
+                and checkpoint_start is None):
+            ckpt = (checkpoint_state, checkpoint_indices, checkpoint_start, _interval(checkpoint_interval))
         o, final = _chunk_op(q, k, v, g, beta, _real("scale", scale), A_log, dt_bias,
                              _real("lower_bound", lower_bound), initial_state, cu_seqlens, cu_seqlens_cpu,
-                             bool(output_final_state))
+                             bool(output_final_state), *ckpt)
         if not output_final_state:
             final = None
     else:
@@ -291,7 +342,9 @@ def chunk_kda(
         if output_final_state:
             final = _final_state(q, v, initial_state, cu_seqlens)
         _eager.fwd(q, k, v, g, beta, scale, o, A_log, dt_bias, lower_bound, initial_state, final,
-                   cu_seqlens, cu_seqlens_cpu)
+                   cu_seqlens, cu_seqlens_cpu, checkpoint_interval=checkpoint_interval,
+                   checkpoint_state=checkpoint_state, checkpoint_indices=checkpoint_indices,
+                   checkpoint_start=checkpoint_start)
     if final is not None and not state_v_first:
         final = final.transpose(2, 3).contiguous()
     return o, final

@@ -82,6 +82,21 @@ double real_number(const char* name, nb::handle h) {
   return x;
 }
 
+// checkpoint_interval: None (0: no checkpoints) or an integer (int, NumPy integer, anything with
+// __index__; not bool), named in errors. Its range is checked in src/api.
+int64_t optional_integer(const char* name, nb::handle h) {
+  PyObject* o = h.ptr();
+  if (o == Py_None) return 0;
+  if (PyBool_Check(o) || !PyIndex_Check(o))
+    raise(PyExc_TypeError, cat(name, ": expected an integer or None (got ", name_of_type(h), ")"));
+  const long long x = PyLong_AsLongLong(nb::steal(PyNumber_Index(o)).ptr());
+  if (x == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    raise(PyExc_ValueError, cat(name, ": out of range"));
+  }
+  return int64_t(x);
+}
+
 // ---- DLPack arrays -> tensor descriptions ---------------------------------------------------------
 
 // NumPy has no bfloat16 that DLPack can carry (ml_dtypes' is a user dtype), so the package passes
@@ -207,7 +222,25 @@ Status run_on_device(Backend backend, int device, const Call& call) {
 // ---- the entry points ---------------------------------------------------------------------------------
 
 // Argument positions of bf16_bits / read_only (the order of fwd's and decode's arrays).
-enum Position { kQ, kK, kV, kG, kBeta, kOut, kALog, kDtBias, kCu, kCuCpu, kState1, kState2, kIdx, kFlag };
+enum Position {
+  kQ,
+  kK,
+  kV,
+  kG,
+  kBeta,
+  kOut,
+  kALog,
+  kDtBias,
+  kCu,
+  kCuCpu,
+  kState1,
+  kState2,
+  kIdx,
+  kFlag,
+  kCheckpointState,
+  kCheckpointIndices,
+  kCheckpointStart
+};
 
 void fill_call_args(flash_kda::CallArgs& c, const OptArray& q, const OptArray& k, const OptArray& v, const OptArray& g,
                     const OptArray& beta, nb::handle scale, const OptArray& out, const OptArray& A_log,
@@ -235,8 +268,9 @@ void fwd(const OptArray& q, const OptArray& k, const OptArray& v, const OptArray
          nb::handle scale, const OptArray& out, const OptArray& A_log, const OptArray& dt_bias, nb::handle lower_bound,
          const OptArray& initial_state, const OptArray& final_state, const OptArray& cu_seqlens,
          const OptArray& cu_seqlens_cpu, const OptArray& state_indices, const OptArray& has_initial_state,
-         const std::string& backend, uintptr_t stream, int cpu_threads, uint64_t bf16_bits, uint64_t read_only,
-         nb::object allocate, bool run) {
+         const OptArray& checkpoint_state, const OptArray& checkpoint_indices, const OptArray& checkpoint_start,
+         nb::handle checkpoint_interval, const std::string& backend, uintptr_t stream, int cpu_threads,
+         uint64_t bf16_bits, uint64_t read_only, nb::object allocate, bool run) {
   FwdArgs a;
   fill_call_args(a, q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, cu_seqlens, cu_seqlens_cpu, backend,
                  cpu_threads, bf16_bits, read_only);
@@ -244,6 +278,10 @@ void fwd(const OptArray& q, const OptArray& k, const OptArray& v, const OptArray
   a.final_state = describe(final_state, kState2, bf16_bits, read_only);
   a.state_indices = describe(state_indices, kIdx, bf16_bits, read_only);
   a.has_initial_state = describe(has_initial_state, kFlag, bf16_bits, read_only);
+  a.checkpoint_state = describe(checkpoint_state, kCheckpointState, bf16_bits, read_only);
+  a.checkpoint_indices = describe(checkpoint_indices, kCheckpointIndices, bf16_bits, read_only);
+  a.checkpoint_start = describe(checkpoint_start, kCheckpointStart, bf16_bits, read_only);
+  a.checkpoint_interval = optional_integer("checkpoint_interval", checkpoint_interval);
   FwdParams p;
   int device = 0;
   raise_status(flash_kda::fwd_params(a, &p, &device));
@@ -309,13 +347,18 @@ void meta_call_args(flash_kda::CallArgs& c, nb::handle q, nb::handle k, nb::hand
 void check_fwd(nb::handle q, nb::handle k, nb::handle v, nb::handle g, nb::handle beta, nb::handle scale,
                nb::handle out, nb::handle A_log, nb::handle dt_bias, nb::handle lower_bound, nb::handle initial_state,
                nb::handle final_state, nb::handle cu_seqlens, nb::handle cu_seqlens_cpu, nb::handle state_indices,
-               nb::handle has_initial_state, const std::string& backend) {
+               nb::handle has_initial_state, nb::handle checkpoint_state, nb::handle checkpoint_indices,
+               nb::handle checkpoint_start, nb::handle checkpoint_interval, const std::string& backend) {
   FwdArgs a;
   meta_call_args(a, q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, cu_seqlens, cu_seqlens_cpu, backend);
   a.initial_state = describe_meta(initial_state, kState1);
   a.final_state = describe_meta(final_state, kState2);
   a.state_indices = describe_meta(state_indices, kIdx);
   a.has_initial_state = describe_meta(has_initial_state, kFlag);
+  a.checkpoint_state = describe_meta(checkpoint_state, kCheckpointState);
+  a.checkpoint_indices = describe_meta(checkpoint_indices, kCheckpointIndices);
+  a.checkpoint_start = describe_meta(checkpoint_start, kCheckpointStart);
+  a.checkpoint_interval = optional_integer("checkpoint_interval", checkpoint_interval);
   raise_status(flash_kda::check_fwd(a));
 }
 
@@ -340,9 +383,11 @@ NB_MODULE(_C, m) {
   auto opt = [](const char* name) { return nb::arg(name).noconvert().none() = nb::none(); };
   m.def("fwd", &fwd, arr("q"), arr("k"), arr("v"), arr("g"), arr("beta"), nb::arg("scale").none(), arr("out"),
         arr("A_log"), arr("dt_bias"), nb::arg("lower_bound").none(), opt("initial_state"), opt("final_state"),
-        opt("cu_seqlens"), opt("cu_seqlens_cpu"), opt("state_indices"), opt("has_initial_state"), nb::kw_only(),
-        nb::arg("backend") = "auto", nb::arg("stream") = 0, nb::arg("cpu_threads") = 0, nb::arg("bf16_bits") = 0,
-        nb::arg("read_only") = 0, nb::arg("allocate").none() = nb::none(), nb::arg("run") = true,
+        opt("cu_seqlens"), opt("cu_seqlens_cpu"), opt("state_indices"), opt("has_initial_state"),
+        opt("checkpoint_state"), opt("checkpoint_indices"), opt("checkpoint_start"), nb::kw_only(),
+        nb::arg("checkpoint_interval").none() = nb::none(), nb::arg("backend") = "auto", nb::arg("stream") = 0,
+        nb::arg("cpu_threads") = 0, nb::arg("bf16_bits") = 0, nb::arg("read_only") = 0,
+        nb::arg("allocate").none() = nb::none(), nb::arg("run") = true,
         "Runs the KDA forward in place on DLPack arrays. backend: 'auto' (where the arrays live), 'cuda', "
         "'cpu' or 'reference'. stream: a cudaStream_t as an integer (0: the legacy default stream). "
         "bf16_bits / read_only: bit i set when array argument i (in this order) is bf16 passed as 16-bit "
@@ -363,7 +408,8 @@ NB_MODULE(_C, m) {
   m.def("check_fwd", &check_fwd, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"), nb::arg("beta"),
         nb::arg("scale").none(), nb::arg("out"), nb::arg("A_log"), nb::arg("dt_bias"), nb::arg("lower_bound").none(),
         meta("initial_state"), meta("final_state"), meta("cu_seqlens"), meta("cu_seqlens_cpu"), meta("state_indices"),
-        meta("has_initial_state"), nb::kw_only(), nb::arg("backend") = "auto",
+        meta("has_initial_state"), meta("checkpoint_state"), meta("checkpoint_indices"), meta("checkpoint_start"),
+        nb::kw_only(), nb::arg("checkpoint_interval").none() = nb::none(), nb::arg("backend") = "auto",
         "Every check of fwd that needs no data, on tensor descriptions (dtype, shape, strides, device type, "
         "device index) or None: what torch's fake implementations run.");
   m.def("check_decode", &check_decode, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"), nb::arg("beta"),

@@ -25,7 +25,23 @@ struct HostIndices {
   int64_t slots_per_seq = 1;         // > 1: the state after token t goes to slots[n * S + t]
   std::vector<int32_t> accepted;     // [N] read column + 1 (speculative); empty: column 0
   std::vector<uint8_t> has_initial;  // [N]; empty: every sequence reads its slot
+  // Checkpoints (FwdParams::checkpoint_*): the interval (0: none), each sequence's absolute start
+  // (empty: all 0) and its checkpoint slots, rows compacted to checkpoint_columns entries.
+  int64_t checkpoint_interval = 0;
+  std::vector<int64_t> checkpoint_start;  // [N]
+  std::vector<int32_t> checkpoint_slots;  // [N * checkpoint_columns]
+  int64_t checkpoint_columns = 0;
 };
+
+// The checkpoints sequence n of `length` tokens writes: the state after local token first - 1 +
+// m * interval goes to column m of its row, for m < count (count 0: none).
+struct SeqCheckpoints {
+  int64_t first = 0;     // tokens before the first boundary, in [1, interval]
+  int64_t interval = 0;  // I
+  int64_t count = 0;     // boundaries reached and within the columns
+  const int32_t* slots = nullptr;
+};
+SeqCheckpoints sequence_checkpoints(const HostIndices& idx, int64_t n, int64_t length);
 
 // Everything a CPU backend reads: the problem and, per sequence, its states located through the
 // host indices. Decode runs with the pool as both states.
@@ -36,6 +52,8 @@ struct HostRun {
   void* final_state;
   DType final_dtype;
   HostIndices idx;
+  void* checkpoint_state = nullptr;  // the checkpoint pool (FwdParams::checkpoint_state), or null
+  DType checkpoint_dtype = DType::kNone;
 };
 
 // Tokens [begin, end) of batch row `row`: sequence n of the call.

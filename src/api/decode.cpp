@@ -10,7 +10,7 @@ Status decode(const DecodeParams& params, cudaStream_t stream) {
   normalise(p);
   // The forward's state machinery with the pool as both states, its slots found through the
   // (host-copied) indices.
-  HostRun run{p, p.state, p.state_dtype, p.state, p.state_dtype, {}};
+  HostRun run{p, p.state, p.state_dtype, p.state, p.state_dtype, {}, nullptr, DType::kNone};
   Status s = check(p, &run.idx);
   if (!s.ok()) return s;
   switch (p.backend) {

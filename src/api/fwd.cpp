@@ -12,7 +12,8 @@ bool cuda_available() { return cuda::available(); }
 Status fwd(const FwdParams& params, cudaStream_t stream) {
   FwdParams p = params;
   normalise(p);
-  HostRun run{p, p.initial_state, p.initial_state_dtype, p.final_state, p.final_state_dtype, {}};
+  HostRun run{p,  p.initial_state,    p.initial_state_dtype,   p.final_state, p.final_state_dtype,
+              {}, p.checkpoint_state, p.checkpoint_state_dtype};
   Status s = check(p, &run.idx);
   if (!s.ok()) return s;
   switch (p.backend) {

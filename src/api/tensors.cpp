@@ -341,11 +341,54 @@ Status fwd_params(const FwdArgs& a, FwdParams* p, int* device_id, bool data_free
   }
   if (a.has_initial_state.given && !a.initial_state.given) return invalid("has_initial_state: needs initial_state");
 
+  // ---- checkpoints: a pool [P2, HV, V, K], slots [N, M], starts [N] ----
+  int64_t ckpt_columns = 0, ckpt_stride = 0;
+  if (a.checkpoint_interval > 0) {
+    for (Named t : {Named{"checkpoint_state", &a.checkpoint_state}, {"checkpoint_indices", &a.checkpoint_indices}})
+      if (!t.t->given)
+        return {StatusCode::kTypeMismatch, cat(t.name, ": expected an array with checkpoint_interval (got None)")};
+  }
+  if (a.checkpoint_state.given) {
+    FLASH_KDA_RETURN_IF_ERROR(expect_dtype("checkpoint_state", a.checkpoint_state, {DType::kF32, DType::kBF16}));
+    if (a.checkpoint_state.ndim != 4)
+      return invalid(cat("checkpoint_state: expected shape ", state_shape("P2", *p), " (got ",
+                         shape_text(a.checkpoint_state), ")"));
+    FLASH_KDA_RETURN_IF_ERROR(expect_state("checkpoint_state", a.checkpoint_state, a.checkpoint_state.shape[0], *p,
+                                           [&] { return state_shape("P2", *p); }));
+    if (a.checkpoint_state.read_only) return invalid("checkpoint_state: array is read-only");
+  }
+  if (a.checkpoint_indices.given) {
+    const TensorArg& ci = a.checkpoint_indices;
+    FLASH_KDA_RETURN_IF_ERROR(expect_dtype("checkpoint_indices", ci, {DType::kI32}));
+    if (ci.ndim != 2 || ci.shape[0] != N)
+      return invalid(cat("checkpoint_indices: expected shape [N, M] with N=", N, " (got ", shape_text(ci), ")"));
+    FLASH_KDA_RETURN_IF_ERROR(expect_no_negative_strides({"checkpoint_indices", &ci}));
+    ckpt_columns = ci.shape[1];
+    if (ckpt_columns > 1 && N > 0 && ci.strides[1] != 1)
+      return invalid(
+          cat("checkpoint_indices: the last dimension must be contiguous (stride 1, got ", ci.strides[1], ")"));
+    if (N > 1 && ckpt_columns > 0) {
+      ckpt_stride = ci.strides[0];
+      if (ckpt_stride < ckpt_columns)
+        return invalid(cat("checkpoint_indices: row stride (", ckpt_stride, ") must be >= M (", ckpt_columns, ")"));
+    }
+  }
+  if (a.checkpoint_start.given) {
+    FLASH_KDA_RETURN_IF_ERROR(expect_dtype("checkpoint_start", a.checkpoint_start, {DType::kI64, DType::kI32}));
+    FLASH_KDA_RETURN_IF_ERROR(
+        expect_shape("checkpoint_start", a.checkpoint_start, {N}, [&] { return cat("[N] = [", N, "]"); }));
+    FLASH_KDA_RETURN_IF_ERROR(expect_no_negative_strides({"checkpoint_start", &a.checkpoint_start}));
+    FLASH_KDA_RETURN_IF_ERROR(expect_contiguous("checkpoint_start", a.checkpoint_start));
+  }
+
   FLASH_KDA_RETURN_IF_ERROR(choose_backend(a,
                                            {{"initial_state", &a.initial_state},
                                             {"final_state", &a.final_state},
                                             {"state_indices", &a.state_indices},
-                                            {"has_initial_state", &a.has_initial_state}},
+                                            {"has_initial_state", &a.has_initial_state},
+                                            {"checkpoint_state", &a.checkpoint_state},
+                                            {"checkpoint_indices", &a.checkpoint_indices},
+                                            {"checkpoint_start", &a.checkpoint_start}},
                                            p, device_id, data_free));
 
   if (a.initial_state.given) {
@@ -361,6 +404,21 @@ Status fwd_params(const FwdArgs& a, FwdParams* p, int* device_id, bool data_free
     p->pool_size = slots;
   }
   if (a.has_initial_state.given) p->has_initial_state = static_cast<const uint8_t*>(a.has_initial_state.data);
+  p->checkpoint_interval = a.checkpoint_interval;
+  if (a.checkpoint_state.given) {
+    p->checkpoint_state = const_cast<void*>(a.checkpoint_state.data);
+    p->checkpoint_state_dtype = a.checkpoint_state.dtype;
+    p->checkpoint_pool_size = a.checkpoint_state.shape[0];
+  }
+  if (a.checkpoint_indices.given) {
+    p->checkpoint_indices = static_cast<const int32_t*>(a.checkpoint_indices.data);
+    p->checkpoint_columns = ckpt_columns;
+    p->checkpoint_indices_stride = ckpt_stride;
+  }
+  if (a.checkpoint_start.given) {
+    p->checkpoint_start = a.checkpoint_start.data;
+    p->checkpoint_start_dtype = a.checkpoint_start.dtype;
+  }
   return Status::Ok();
 }
 

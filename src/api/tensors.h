@@ -42,6 +42,10 @@ struct CallArgs {
 
 struct FwdArgs : CallArgs {
   TensorArg initial_state, final_state, state_indices, has_initial_state;
+  // Prefix-cache checkpoints: the pool [P2, HV, V, K], int32 slots [N, M] (rows may be further
+  // apart than M; the last dimension contiguous), int32 / int64 absolute starts [N].
+  TensorArg checkpoint_state, checkpoint_indices, checkpoint_start;
+  int64_t checkpoint_interval = 0;  // 0: none
 };
 
 struct DecodeArgs : CallArgs {

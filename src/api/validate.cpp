@@ -249,6 +249,116 @@ Status check_state_dtype(const char* name, DType d) {
   return Status::Ok();
 }
 
+// The checkpoint arguments that need no memory contents (FwdParams::checkpoint_*): the interval,
+// which pointers go with it, dtypes, sizes, alignment, and what a checkpoint pool that is one of the
+// state pools must share with it. `slots` is the number of slots of initial_state / final_state.
+Status check_checkpoint_args(const FwdParams& p, int64_t N, int64_t slots, bool data_free) {
+  const bool on_cuda = p.backend == Backend::kCuda;
+  if (p.checkpoint_interval < 0 || p.checkpoint_interval % 16 != 0)
+    return invalid(cat("checkpoint_interval: must be a positive multiple of 16, or 0 for no checkpoints (got ",
+                       p.checkpoint_interval, ")"));
+  if (p.checkpoint_interval == 0) {
+    for (auto [name, ptr] : {std::pair<const char*, const void*>{"checkpoint_state", p.checkpoint_state},
+                             {"checkpoint_indices", p.checkpoint_indices},
+                             {"checkpoint_start", p.checkpoint_start}})
+      if (ptr) return invalid(cat(name, ": given without checkpoint_interval"));
+    return Status::Ok();
+  }
+  if (!p.checkpoint_state) return invalid("checkpoint_state: null pointer (needed with checkpoint_interval)");
+  FLASH_KDA_RETURN_IF_ERROR(check_state_dtype("checkpoint_state", p.checkpoint_state_dtype));
+  if (p.checkpoint_pool_size < 0)
+    return invalid(cat("checkpoint_pool_size: must be >= 0 (got ", p.checkpoint_pool_size, ")"));
+  if (p.checkpoint_columns < 0)
+    return invalid(cat("checkpoint_indices: number of columns must be >= 0 (got ", p.checkpoint_columns, ")"));
+  if (p.checkpoint_indices_stride != 0 && p.checkpoint_indices_stride < p.checkpoint_columns)
+    return invalid(cat("checkpoint_indices: row stride (", p.checkpoint_indices_stride,
+                       ") must be 0 (contiguous) or >= the number of columns (", p.checkpoint_columns, ")"));
+  if (!p.checkpoint_indices && N > 0 && p.checkpoint_columns > 0)
+    return invalid("checkpoint_indices: null pointer (needed with checkpoint_interval)");
+  if (p.checkpoint_start && p.checkpoint_start_dtype != DType::kI32 && p.checkpoint_start_dtype != DType::kI64)
+    return type_mismatch(
+        cat("checkpoint_start: dtype must be int32 or int64 (got ", dtype_name(p.checkpoint_start_dtype), ")"));
+  FLASH_KDA_RETURN_IF_ERROR(check_index_pointer("checkpoint_indices", p.checkpoint_indices, data_free));
+  if (!data_free) {
+    const int64_t align = on_cuda ? 16 : elem_bytes(p.checkpoint_state_dtype);
+    if (!aligned(p.checkpoint_state, align))
+      return invalid(cat("checkpoint_state: pointer must be ", align, "-byte aligned"));
+    if (p.checkpoint_start && !aligned(p.checkpoint_start, elem_bytes(p.checkpoint_start_dtype)))
+      return invalid(cat("checkpoint_start: pointer must be ", elem_bytes(p.checkpoint_start_dtype), "-byte aligned"));
+  }
+  // The checkpoint pool may be a state pool itself: then it is that tensor, whole.
+  for (auto [name, ptr, dtype] :
+       {std::tuple<const char*, const void*, DType>{"initial_state", p.initial_state, p.initial_state_dtype},
+        {"final_state", p.final_state, p.final_state_dtype}}) {
+    if (data_free || ptr == nullptr || ptr != p.checkpoint_state) continue;
+    if (dtype != p.checkpoint_state_dtype)
+      return type_mismatch(cat("checkpoint_state: is ", name, " (the same buffer) but its dtype differs (",
+                               dtype_name(p.checkpoint_state_dtype), " vs ", dtype_name(dtype), ")"));
+    if (p.checkpoint_pool_size != slots)
+      return invalid(cat("checkpoint_state: is ", name, " (the same buffer) but its number of slots differs (",
+                         p.checkpoint_pool_size, " vs ", slots, ")"));
+  }
+  return Status::Ok();
+}
+
+// Copies checkpoint_start and checkpoint_indices into `idx` and checks the copies: starts in
+// [0, 2^62), every slot in [-1, P2), the slots written (by active sequences, for boundaries they
+// reach within the columns) distinct, and, when the checkpoint pool is a state pool, none of them
+// a slot an active sequence reads or writes as its state there.
+Status copy_and_check_checkpoints(const FwdParams& p, HostIndices& idx) {
+  if (p.checkpoint_interval <= 0) return Status::Ok();
+  const int64_t N = num_sequences(p), M = p.checkpoint_columns, P2 = p.checkpoint_pool_size;
+  const int64_t row_stride = p.checkpoint_indices_stride > 0 ? p.checkpoint_indices_stride : M;
+  idx.checkpoint_interval = p.checkpoint_interval;
+  idx.checkpoint_columns = M;
+  if (p.checkpoint_start) {
+    copy_offsets(p.checkpoint_start, p.checkpoint_start_dtype, N, idx.checkpoint_start);
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t s = idx.checkpoint_start[size_t(n)];
+      if (s < 0 || s >= (int64_t(1) << 62))
+        return invalid(cat("checkpoint_start: entry ", n, " is ", s, " (an absolute position, must be in [0, 2^62))"));
+    }
+  }
+  idx.checkpoint_slots.resize(size_t(N * M));
+  for (int64_t n = 0; n < N && M > 0; ++n)
+    std::copy_n(p.checkpoint_indices + n * row_stride, M, idx.checkpoint_slots.begin() + n * M);
+  for (int64_t i = 0; i < N * M; ++i) {
+    const int32_t slot = idx.checkpoint_slots[size_t(i)];
+    if (slot < -1 || slot >= P2)
+      return invalid(cat("checkpoint_indices: entry [", i / M, ", ", i % M, "] is ", slot, ", outside [-1, ", P2,
+                         ") (-1 skips a checkpoint; the pool has ", P2, " slots)"));
+  }
+  struct Use {
+    int64_t slot, seq, column;  // column -1: the sequence's state slot
+    bool operator<(const Use& o) const { return std::tie(slot, column, seq) < std::tie(o.slot, o.column, o.seq); }
+  };
+  std::vector<Use> uses;
+  const bool is_initial = p.checkpoint_state == p.initial_state, is_final = p.checkpoint_state == p.final_state;
+  for (int64_t n = 0; n < N; ++n) {
+    const SeqSlots s = sequence_slots(idx, n);
+    if (!s.active) continue;
+    if (is_initial && s.read >= 0) uses.push_back({s.read, n, -1});
+    if (is_final && s.write >= 0 && !(is_initial && s.write == s.read)) uses.push_back({s.write, n, -1});
+    const SeqRange r = sequence_range(p, idx, n);
+    const SeqCheckpoints c = sequence_checkpoints(idx, n, r.end - r.begin);
+    for (int64_t m = 0; m < c.count; ++m)
+      if (c.slots[m] >= 0) uses.push_back({c.slots[m], n, m});
+  }
+  std::sort(uses.begin(), uses.end());
+  for (size_t i = 1; i < uses.size(); ++i) {
+    const Use &a = uses[i - 1], &b = uses[i];
+    if (a.slot != b.slot || b.column < 0) continue;
+    if (a.column < 0)
+      return invalid(cat("checkpoint_indices: slot ", b.slot, " (sequence ", b.seq, ", column ", b.column,
+                         ") is the state slot of sequence ", a.seq, " in ",
+                         is_initial ? "initial_state" : "final_state",
+                         ", which checkpoint_state is (checkpoints must go to slots no sequence uses as its state)"));
+    return invalid(cat("checkpoint_indices: slot ", b.slot, " is written twice (sequence ", a.seq, " column ", a.column,
+                       ", sequence ", b.seq, " column ", b.column, "; written checkpoint slots must be distinct)"));
+  }
+  return Status::Ok();
+}
+
 // Sizes, scalars, activations, A_log / dt_bias and cu_seqlens: what the forward and decode share.
 // `p` is normalised.
 Status check_problem(const ProblemParams& p, bool data_free) {
@@ -366,6 +476,18 @@ SeqRange sequence_range(const ProblemParams& p, const HostIndices& idx, int64_t 
   return {0, idx.cu[size_t(n)], idx.cu[size_t(n) + 1]};
 }
 
+SeqCheckpoints sequence_checkpoints(const HostIndices& idx, int64_t n, int64_t length) {
+  SeqCheckpoints c;
+  const int64_t I = idx.checkpoint_interval;
+  if (I <= 0 || idx.checkpoint_columns == 0) return c;
+  const int64_t start = idx.checkpoint_start.empty() ? 0 : idx.checkpoint_start[size_t(n)];
+  c.interval = I;
+  c.first = (start / I + 1) * I - start;
+  if (length >= c.first) c.count = std::min((length - c.first) / I + 1, idx.checkpoint_columns);
+  c.slots = idx.checkpoint_slots.data() + n * idx.checkpoint_columns;
+  return c;
+}
+
 SeqSlots sequence_slots(const HostIndices& idx, int64_t n) {
   SeqSlots s;
   const int64_t S = idx.slots_per_seq;
@@ -433,6 +555,7 @@ Status check(const FwdParams& p, HostIndices* out_idx, bool data_free) {
       static_cast<int>(p.plan) > static_cast<int>(FwdPlan::kSplit))
     return invalid(cat("plan: unknown value ", static_cast<int>(p.plan)));
   if (p.segment_chunks < 0) return invalid(cat("segment_chunks: must be >= 0 (got ", p.segment_chunks, ")"));
+  FLASH_KDA_RETURN_IF_ERROR(check_checkpoint_args(p, N, slots, data_free));
   if (data_free) return Status::Ok();
 
   // ---- cu_seqlens contents first: copied once, checked on the copy (only read, so it is safe even
@@ -450,6 +573,18 @@ Status check(const FwdParams& p, HostIndices* out_idx, bool data_free) {
   add_problem_spans(p, spans);
   spans.push_back(span_of("state_indices", p.state_indices, N * 4, false));
   spans.push_back(span_of("has_initial_state", p.has_initial_state, N, false));
+  if (p.checkpoint_interval > 0) {
+    // A checkpoint pool that is a state pool is that tensor (its slots are checked below).
+    if (p.checkpoint_state != p.initial_state && p.checkpoint_state != p.final_state)
+      spans.push_back(span_of("checkpoint_state", p.checkpoint_state,
+                              p.checkpoint_pool_size * per_slot * elem_bytes(p.checkpoint_state_dtype), true));
+    const int64_t M = p.checkpoint_columns;
+    const int64_t row_stride = p.checkpoint_indices_stride > 0 ? p.checkpoint_indices_stride : M;
+    spans.push_back(span_of("checkpoint_indices", p.checkpoint_indices,
+                            N > 0 && M > 0 ? ((N - 1) * row_stride + M) * 4 : 0, false));
+    if (p.checkpoint_start)
+      spans.push_back(span_of("checkpoint_start", p.checkpoint_start, N * elem_bytes(p.checkpoint_start_dtype), false));
+  }
   FLASH_KDA_RETURN_IF_ERROR(check_aliasing(spans));
 
   // ---- workspace ----
@@ -462,6 +597,7 @@ Status check(const FwdParams& p, HostIndices* out_idx, bool data_free) {
     if (p.state_indices) idx.slots.assign(p.state_indices, p.state_indices + N);
     if (p.has_initial_state) idx.has_initial.assign(p.has_initial_state, p.has_initial_state + N);
     if (p.state_indices) FLASH_KDA_RETURN_IF_ERROR(check_slot_contents(p, idx, p.pool_size));
+    FLASH_KDA_RETURN_IF_ERROR(copy_and_check_checkpoints(p, idx));
   }
   return Status::Ok();
 }

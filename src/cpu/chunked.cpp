@@ -104,12 +104,23 @@ class HeadRunner {
   FLASH_KDA_INLINE void run() {
     // The whole initial state is read before anything is written: final_state may alias it.
     load_state(run_, task_.initial_state, s_.state.data(), Kp_);
-    for (int64_t t0 = 0; t0 < task_.length; t0 += kChunk) {
-      const int64_t L = std::min(kChunk, task_.length - t0);
+    // Checkpoints: a chunk never crosses a checkpoint boundary. Boundaries are multiples of 16 in
+    // absolute position but the sequence's start need not be, so the chunk that would contain the
+    // first boundary is cut short there (a partial chunk, as the last one may be); from then on the
+    // chunks are aligned with absolute multiples of 16 and every later boundary (a multiple of the
+    // interval, itself a multiple of 16) falls on a chunk end. The state after the chunk is the
+    // checkpoint. Without checkpoints the chunks are those of the sequence's own chunking.
+    int64_t next_checkpoint = 0;
+    for (int64_t t0 = 0, L = 0; t0 < task_.length; t0 += L) {
+      L = std::min(kChunk, task_.length - t0);
+      const bool due = next_checkpoint < task_.checkpoints.count;
+      if (due) L = std::min(L, task_.checkpoint_end(next_checkpoint) - t0);
       prepare(t0, L);
       products();
       solve_and_output(t0, L);
       update_state(L);
+      if (due && t0 + L == task_.checkpoint_end(next_checkpoint))
+        store_checkpoint(run_, task_, next_checkpoint++, s_.state.data(), Kp_);
     }
     store_state(run_, s_.state.data(), Kp_, task_.final_state);
   }

@@ -39,6 +39,20 @@ struct HeadTask {
   // Speculative decoding: the state after token t goes to state_after[t] (null: not written).
   void* state_after[kMaxDecodeTokens] = {};
   bool per_token_states = false;
+  // Prefix-cache checkpoints (FwdParams::checkpoint_*): the state after local token
+  // checkpoints.first - 1 + m * checkpoints.interval goes to checkpoint_dst(task, m), m < count.
+  SeqCheckpoints checkpoints;
+  char* checkpoint_base = nullptr;  // head hv of slot 0 of the checkpoint pool
+  int64_t checkpoint_slot_bytes = 0;
+  DType checkpoint_dtype = DType::kNone;
+
+  // Tokens processed when checkpoint m is due (its boundary, as a local count).
+  int64_t checkpoint_end(int64_t m) const { return checkpoints.first + m * checkpoints.interval; }
+  // Where checkpoint m goes; null for a slot of -1.
+  void* checkpoint_dst(int64_t m) const {
+    const int32_t slot = checkpoints.slots[m];
+    return slot < 0 ? nullptr : checkpoint_base + slot * checkpoint_slot_bytes;
+  }
 };
 
 inline HeadTask make_head_task(const HostRun& run, int64_t n, int64_t hv) {
@@ -82,6 +96,12 @@ inline HeadTask make_head_task(const HostRun& run, int64_t n, int64_t hv) {
       if (slots.per_token[i] >= 0)
         t.state_after[i] = static_cast<char*>(run.final_state) + offset(slots.per_token[i], run.final_dtype);
   }
+  if (run.checkpoint_state) {
+    t.checkpoints = sequence_checkpoints(run.idx, n, t.length);
+    t.checkpoint_dtype = run.checkpoint_dtype;
+    t.checkpoint_base = static_cast<char*>(run.checkpoint_state) + offset(0, run.checkpoint_dtype);
+    t.checkpoint_slot_bytes = offset(1, run.checkpoint_dtype) - offset(0, run.checkpoint_dtype);
+  }
   return t;
 }
 
@@ -119,15 +139,14 @@ inline uint16_t double_to_bf16(double x) {
 inline uint16_t to_bf16(float x) { return float_to_bf16(x); }
 inline uint16_t to_bf16(double x) { return double_to_bf16(x); }
 
-// Writes a V×K state slice (rows `pitch` elements apart) in final_state's dtype; nothing when dst
-// is null.
+// Writes a V×K state slice (rows `pitch` elements apart) in `dtype`; nothing when dst is null.
 template <typename Real>
-void store_state(const HostRun& run, const Real* state, int64_t pitch, void* dst) {
+void store_state_as(const HostRun& run, DType dtype, const Real* state, int64_t pitch, void* dst) {
   if (!dst) return;
   const int64_t K = run.p.head_dim_k, V = run.p.head_dim_v;
   for (int64_t r = 0; r < V; ++r) {
     const Real* row = state + r * pitch;
-    if (run.final_dtype == DType::kF32) {
+    if (dtype == DType::kF32) {
       float* d = static_cast<float*>(dst) + r * K;
       for (int64_t c = 0; c < K; ++c) d[c] = float(row[c]);
     } else {
@@ -135,6 +154,18 @@ void store_state(const HostRun& run, const Real* state, int64_t pitch, void* dst
       for (int64_t c = 0; c < K; ++c) d[c] = to_bf16(row[c]);
     }
   }
+}
+
+// The same in final_state's dtype.
+template <typename Real>
+void store_state(const HostRun& run, const Real* state, int64_t pitch, void* dst) {
+  store_state_as(run, run.final_dtype, state, pitch, dst);
+}
+
+// Writes checkpoint m of the task (nothing for a slot of -1).
+template <typename Real>
+void store_checkpoint(const HostRun& run, const HeadTask& task, int64_t m, const Real* state, int64_t pitch) {
+  store_state_as(run, task.checkpoint_dtype, state, pitch, task.checkpoint_dst(m));
 }
 
 // Runs run_head(task, scratch) for every (active sequence, value head) on p.cpu_threads threads.

@@ -44,6 +44,7 @@ void run_head(const HostRun& run, const HeadTask& task, ReferenceScratch& scratc
 
   const double gate_rate = std::exp(double(task.A_log));
   const double lower_bound = p.lower_bound, scale = p.scale;
+  int64_t next_checkpoint = 0;  // the next checkpoint (column) due
   for (int64_t t = 0; t < task.length; ++t) {
     l2_normalise(task.q + t * task.q_stride, K, q_hat);
     l2_normalise(task.k + t * task.k_stride, K, k_hat);
@@ -74,6 +75,8 @@ void run_head(const HostRun& run, const HeadTask& task, ReferenceScratch& scratc
       out[r] = double_to_bf16(scale * row_q);
     }
     if (task.per_token_states && t < kMaxDecodeTokens) store_state(run, state, K, task.state_after[t]);
+    if (next_checkpoint < task.checkpoints.count && t + 1 == task.checkpoint_end(next_checkpoint))
+      store_checkpoint(run, task, next_checkpoint++, state, K);
   }
   store_state(run, state, K, task.final_state);
 }

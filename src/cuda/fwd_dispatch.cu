@@ -214,6 +214,8 @@ size_t workspace_size(const FwdParams& p) {
 }
 
 Status fwd(const FwdParams& p, cudaStream_t stream) {
+  if (p.checkpoint_interval > 0)
+    return {StatusCode::kUnsupported, "checkpoint_state: checkpoints are not supported by the CUDA backend yet"};
   int sm_count = 0;
   Status st = current_sm90_device(&sm_count);
   if (!st.ok()) return st;

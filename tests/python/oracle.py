@@ -24,9 +24,11 @@ def spans_of(B, T, cu_seqlens=None):
     return [(0, cu[n], cu[n + 1]) for n in range(len(cu) - 1)]
 
 
-def recurrence(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial=None, cu_seqlens=None):
+def recurrence(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial=None, cu_seqlens=None,
+               token_states=False):
     """(out [B, T, HV, V], final [N, HV, V, K]) of the recurrence; `initial` [N, HV, V, K] or None.
-    Value head hv reads q/k head hv // (HV // H) (docs/spec.md, GVA)."""
+    Value head hv reads q/k head hv // (HV // H) (docs/spec.md, GVA). With token_states, a third
+    value: the state after every token, [B, T, HV, V, K]."""
     q, k, v, g, beta = (f64(x) for x in (q, k, v, g, beta))
     A_log, dt_bias = f64(A_log), f64(dt_bias)
     B, T, H, K = q.shape
@@ -35,6 +37,7 @@ def recurrence(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial=Non
     spans = spans_of(B, T, cu_seqlens)
     out = np.zeros((B, T, HV, V))
     final = np.zeros((len(spans), HV, V, K))
+    after = np.zeros((B, T, HV, V, K)) if token_states else None
     for n, (row, begin, end) in enumerate(spans):
         for hv in range(HV):
             h = hv // (HV // H)
@@ -48,8 +51,10 @@ def recurrence(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial=Non
                 S = S * np.exp(a)[None, :]
                 S = S + b * np.outer(v[row, t, hv] - S @ k_hat, k_hat)
                 out[row, t, hv] = scale * (S @ q_hat)
+                if token_states:
+                    after[row, t, hv] = S
             final[n, hv] = S
-    return out, final
+    return (out, final, after) if token_states else (out, final)
 
 
 def rel(x, ref):

@@ -1,24 +1,33 @@
 """flash-kda for PyTorch: the custom operators and ``chunk_kda``.
 
-Importing this module imports torch and registers three operators (docs/torch.md):
+Importing this module imports torch and registers five operators (docs/torch.md):
 
 ``torch.ops.flash_kda.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound,
 initial_state, final_state, cu_seqlens=None, cu_seqlens_cpu=None, backend=None,
-state_indices=None, has_initial_state=None, checkpoint_interval=None, checkpoint_state=None,
-checkpoint_indices=None, checkpoint_start=None) -> ()``
-    ``flash_kda.fwd`` as an operator: mutates ``out``, ``final_state`` (a state pool with
-    ``state_indices``) and ``checkpoint_state`` (prefix-cache checkpoints).
+state_indices=None, has_initial_state=None) -> ()``
+    ``flash_kda.fwd`` as an operator: mutates ``out`` and ``final_state`` (a state pool with
+    ``state_indices``).
+
+``torch.ops.flash_kda.fwd_checkpointed(..., has_initial_state, checkpoint_state, checkpoint_indices,
+checkpoint_start, checkpoint_interval) -> ()``
+    the same with prefix-cache checkpoints; also mutates ``checkpoint_state``. Every argument is
+    required (None where optional): torch before 2.12 drops trailing arguments equal to their
+    defaults when it redispatches and then indexes the mutated ones, so a mutated argument must
+    never have a default — hence a second operator instead of defaulted arguments on the first.
 
 ``torch.ops.flash_kda.decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state,
 state_indices, num_accepted_tokens=None, cu_seqlens=None, backend=None) -> ()``
     ``flash_kda.decode`` as an operator: mutates ``out`` and the pool ``state``.
 
 ``torch.ops.flash_kda.chunk_kda(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound,
-initial_state, cu_seqlens, cu_seqlens_cpu, output_final_state, checkpoint_interval=None,
-checkpoint_state=None, checkpoint_indices=None, checkpoint_start=None) -> (out, final_state)``
+initial_state, cu_seqlens, cu_seqlens_cpu, output_final_state) -> (out, final_state)``
     allocates and returns ``out`` [B, T, HV, V] (bf16) and ``final_state`` [N, HV, V, K] (the
     dtype of ``initial_state``, fp32 without one); ``final_state`` has shape [0] when
-    ``output_final_state`` is False. Mutates only ``checkpoint_state`` (when given).
+    ``output_final_state`` is False. Mutates nothing.
+
+``torch.ops.flash_kda.chunk_kda_checkpointed(..., output_final_state, checkpoint_state,
+checkpoint_indices, checkpoint_start, checkpoint_interval) -> (out, final_state)``
+    the same with checkpoints; mutates ``checkpoint_state`` (all arguments required, as above).
 
 Their implementations are the eager calls (flash_kda._eager: one call into the compiled layer,
 which checks every argument in C++ and provides the CUDA workspace). Their fake (meta)
@@ -61,7 +70,7 @@ def _real(name, x):
 
 # ---- operators -----------------------------------------------------------------------------------
 
-@torch.library.custom_op("flash_kda::fwd", mutates_args=("out", "final_state", "checkpoint_state"))
+@torch.library.custom_op("flash_kda::fwd", mutates_args=("out", "final_state"))
 def _fwd_op(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -82,17 +91,9 @@ def _fwd_op(
     backend: Optional[str] = None,
     state_indices: Optional[torch.Tensor] = None,
     has_initial_state: Optional[torch.Tensor] = None,
-    # checkpoint_state is a mutated argument with a default: torch before 2.12 may fail (see above)
-    # when it is None and trailing; checkpoint_interval comes last so that a call with checkpoints
-    # passes it, and every argument before it, explicitly.
-    checkpoint_state: Optional[torch.Tensor] = None,
-    checkpoint_indices: Optional[torch.Tensor] = None,
-    checkpoint_start: Optional[torch.Tensor] = None,
-    checkpoint_interval: Optional[int] = None,
 ) -> None:
     _eager.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
-               cu_seqlens, cu_seqlens_cpu, state_indices, has_initial_state, backend, checkpoint_interval,
-               checkpoint_state, checkpoint_indices, checkpoint_start)
+               cu_seqlens, cu_seqlens_cpu, state_indices, has_initial_state, backend)
 
 
 @_fwd_op.register_fake
@@ -105,6 +106,39 @@ def _fwd_fake(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial
                  d(initial_state), d(final_state), d(cu_seqlens), d(cu_seqlens_cpu), d(state_indices),
                  d(has_initial_state), d(checkpoint_state), d(checkpoint_indices), d(checkpoint_start),
                  checkpoint_interval=checkpoint_interval, backend="auto" if backend is None else backend)
+
+
+# Every argument required (see the module docstring): checkpoint_state is mutated.
+@torch.library.custom_op("flash_kda::fwd_checkpointed", mutates_args=("out", "final_state", "checkpoint_state"))
+def _fwd_ckpt_op(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float,
+    out: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    lower_bound: float,
+    initial_state: Optional[torch.Tensor],
+    final_state: Optional[torch.Tensor],
+    cu_seqlens: Optional[torch.Tensor],
+    cu_seqlens_cpu: Optional[torch.Tensor],
+    backend: Optional[str],
+    state_indices: Optional[torch.Tensor],
+    has_initial_state: Optional[torch.Tensor],
+    checkpoint_state: Optional[torch.Tensor],
+    checkpoint_indices: Optional[torch.Tensor],
+    checkpoint_start: Optional[torch.Tensor],
+    checkpoint_interval: Optional[int],
+) -> None:
+    _eager.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
+               cu_seqlens, cu_seqlens_cpu, state_indices, has_initial_state, backend, checkpoint_interval,
+               checkpoint_state, checkpoint_indices, checkpoint_start)
+
+
+_fwd_ckpt_op.register_fake(_fwd_fake)
 
 
 @torch.library.custom_op("flash_kda::decode", mutates_args=("out", "state"))
@@ -142,15 +176,16 @@ def fwd_op(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_st
            cu_seqlens, cu_seqlens_cpu, backend, state_indices, has_initial_state, checkpoint_interval=None,
            checkpoint_state=None, checkpoint_indices=None, checkpoint_start=None):
     """flash_kda.fwd while traced: the operator (its float arguments made Python floats)."""
-    if checkpoint_interval is None and checkpoint_state is None and checkpoint_indices is None \
-            and checkpoint_start is None:
-        _fwd_op(q, k, v, g, beta, _real("scale", scale), out, A_log, dt_bias, _real("lower_bound", lower_bound),
-                initial_state, final_state, cu_seqlens, cu_seqlens_cpu, backend, state_indices,
-                has_initial_state)
-        return
-    _fwd_op(q, k, v, g, beta, _real("scale", scale), out, A_log, dt_bias, _real("lower_bound", lower_bound),
-            initial_state, final_state, cu_seqlens, cu_seqlens_cpu, backend, state_indices, has_initial_state,
-            checkpoint_state, checkpoint_indices, checkpoint_start, _interval(checkpoint_interval))
+    args = (q, k, v, g, beta, _real("scale", scale), out, A_log, dt_bias, _real("lower_bound", lower_bound),
+            initial_state, final_state, cu_seqlens, cu_seqlens_cpu, backend, state_indices, has_initial_state)
+    if _no_checkpoints(checkpoint_interval, checkpoint_state, checkpoint_indices, checkpoint_start):
+        _fwd_op(*args)
+    else:
+        _fwd_ckpt_op(*args, checkpoint_state, checkpoint_indices, checkpoint_start, _interval(checkpoint_interval))
+
+
+def _no_checkpoints(*checkpoint_args):
+    return all(x is None for x in checkpoint_args)
 
 
 def _interval(x):
@@ -190,7 +225,18 @@ def _final_state(q, v, initial_state, cu_seqlens):
     return torch.empty((N, v.shape[2], v.shape[3], q.shape[3]), dtype=dtype, device=q.device)
 
 
-@torch.library.custom_op("flash_kda::chunk_kda", mutates_args=("checkpoint_state",))
+def _chunk_impl(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial_state, cu_seqlens,
+                cu_seqlens_cpu, output_final_state, checkpoint_state=None, checkpoint_indices=None,
+                checkpoint_start=None, checkpoint_interval=None):
+    out, final = _allocate(q, v, initial_state, cu_seqlens, output_final_state)
+    _eager.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final,
+               cu_seqlens, cu_seqlens_cpu, checkpoint_interval=checkpoint_interval,
+               checkpoint_state=checkpoint_state, checkpoint_indices=checkpoint_indices,
+               checkpoint_start=checkpoint_start)
+    return out, _placeholder(q) if final is None else final
+
+
+@torch.library.custom_op("flash_kda::chunk_kda", mutates_args=())
 def _chunk_op(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -205,20 +251,37 @@ def _chunk_op(
     cu_seqlens: Optional[torch.Tensor],
     cu_seqlens_cpu: Optional[torch.Tensor],
     output_final_state: bool,
-    checkpoint_state: Optional[torch.Tensor] = None,
-    checkpoint_indices: Optional[torch.Tensor] = None,
-    checkpoint_start: Optional[torch.Tensor] = None,
-    checkpoint_interval: Optional[int] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    out, final = _allocate(q, v, initial_state, cu_seqlens, output_final_state)
-    _eager.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final,
-               cu_seqlens, cu_seqlens_cpu, checkpoint_interval=checkpoint_interval,
-               checkpoint_state=checkpoint_state, checkpoint_indices=checkpoint_indices,
-               checkpoint_start=checkpoint_start)
-    return out, _placeholder(q) if final is None else final
+    return _chunk_impl(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial_state, cu_seqlens,
+                       cu_seqlens_cpu, output_final_state)
 
 
-@_chunk_op.register_fake
+# Every argument required (see the module docstring): checkpoint_state is mutated.
+@torch.library.custom_op("flash_kda::chunk_kda_checkpointed", mutates_args=("checkpoint_state",))
+def _chunk_ckpt_op(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    lower_bound: float,
+    initial_state: Optional[torch.Tensor],
+    cu_seqlens: Optional[torch.Tensor],
+    cu_seqlens_cpu: Optional[torch.Tensor],
+    output_final_state: bool,
+    checkpoint_state: Optional[torch.Tensor],
+    checkpoint_indices: Optional[torch.Tensor],
+    checkpoint_start: Optional[torch.Tensor],
+    checkpoint_interval: Optional[int],
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _chunk_impl(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial_state, cu_seqlens,
+                       cu_seqlens_cpu, output_final_state, checkpoint_state, checkpoint_indices, checkpoint_start,
+                       checkpoint_interval)
+
+
 def _chunk_fake(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial_state, cu_seqlens,
                 cu_seqlens_cpu, output_final_state, checkpoint_state=None, checkpoint_indices=None,
                 checkpoint_start=None, checkpoint_interval=None):
@@ -228,6 +291,10 @@ def _chunk_fake(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial_st
               checkpoint_indices=checkpoint_indices, checkpoint_start=checkpoint_start,
               checkpoint_interval=checkpoint_interval)
     return out, _placeholder(q) if final is None else final
+
+
+_chunk_op.register_fake(_chunk_fake)
+_chunk_ckpt_op.register_fake(_chunk_fake)
 
 
 def _placeholder(q):
@@ -327,13 +394,13 @@ def chunk_kda(
         initial_state = initial_state.transpose(2, 3).contiguous()
 
     if _is_compiling() or _dispatch_depth():
-        ckpt = ()
-        if not (checkpoint_interval is None and checkpoint_state is None and checkpoint_indices is None
-                and checkpoint_start is None):
-            ckpt = (checkpoint_state, checkpoint_indices, checkpoint_start, _interval(checkpoint_interval))
-        o, final = _chunk_op(q, k, v, g, beta, _real("scale", scale), A_log, dt_bias,
-                             _real("lower_bound", lower_bound), initial_state, cu_seqlens, cu_seqlens_cpu,
-                             bool(output_final_state), *ckpt)
+        args = (q, k, v, g, beta, _real("scale", scale), A_log, dt_bias, _real("lower_bound", lower_bound),
+                initial_state, cu_seqlens, cu_seqlens_cpu, bool(output_final_state))
+        if _no_checkpoints(checkpoint_interval, checkpoint_state, checkpoint_indices, checkpoint_start):
+            o, final = _chunk_op(*args)
+        else:
+            o, final = _chunk_ckpt_op(*args, checkpoint_state, checkpoint_indices, checkpoint_start,
+                                      _interval(checkpoint_interval))
         if not output_final_state:
             final = None
     else:

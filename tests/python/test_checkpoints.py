@@ -317,7 +317,7 @@ def _torch_case(rng):
 
 @needs_torch
 def test_torch_routes_agree(rng):
-    """flash_kda.fwd on tensors, torch.ops.flash_kda.fwd and chunk_kda write the same checkpoints as
+    """flash_kda.fwd on tensors, the checkpointed operators and chunk_kda write the same checkpoints as
     the NumPy call, bit for bit, and leave slot 4 alone."""
     x = _torch_case(rng)
     ref_pool = x["checkpoint_state"].copy()
@@ -334,9 +334,10 @@ def test_torch_routes_agree(rng):
     assert torch.equal(bits(pool), bits(want))
 
     pool = t["checkpoint_state"].clone()
-    torch.ops.flash_kda.fwd(t["q"], t["k"], t["v"], t["g"], t["beta"], t["scale"], t["out"], t["A_log"],
-                            t["dt_bias"], t["lower_bound"], t["initial_state"], t["final_state"], t["cu_seqlens"],
-                            None, None, None, None, pool, t["checkpoint_indices"], t["checkpoint_start"], 16)
+    torch.ops.flash_kda.fwd_checkpointed(t["q"], t["k"], t["v"], t["g"], t["beta"], t["scale"], t["out"],
+                                         t["A_log"], t["dt_bias"], t["lower_bound"], t["initial_state"],
+                                         t["final_state"], t["cu_seqlens"], None, None, None, None, pool,
+                                         t["checkpoint_indices"], t["checkpoint_start"], 16)
     assert torch.equal(bits(pool), bits(want))
 
     pool = t["checkpoint_state"].clone()
@@ -349,18 +350,22 @@ def test_torch_routes_agree(rng):
     assert torch.equal(bits(o), bits(t["out"])) and torch.equal(bits(final), bits(t["final_state"]))
 
     pool = t["checkpoint_state"].clone()
-    o2, _ = torch.ops.flash_kda.chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"], t["scale"], t["A_log"],
-                                          t["dt_bias"], t["lower_bound"], t["initial_state"], t["cu_seqlens"], None,
-                                          True, pool, t["checkpoint_indices"], t["checkpoint_start"], 16)
+    o2, _ = torch.ops.flash_kda.chunk_kda_checkpointed(
+        t["q"], t["k"], t["v"], t["g"], t["beta"], t["scale"], t["A_log"], t["dt_bias"], t["lower_bound"],
+        t["initial_state"], t["cu_seqlens"], None, True, pool, t["checkpoint_indices"], t["checkpoint_start"], 16)
     assert torch.equal(bits(pool), bits(want)) and torch.equal(bits(o2), bits(o))
 
 
 @needs_torch
 def test_operator_schemas_declare_the_checkpoint_pool_mutated():
-    fwd_schema = str(torch.ops.flash_kda.fwd.default._schema)
-    chunk_schema = str(torch.ops.flash_kda.chunk_kda.default._schema)
-    assert "!)? checkpoint_state=None" in fwd_schema and "SymInt? checkpoint_interval=None" in fwd_schema
-    assert "!)? checkpoint_state=None" in chunk_schema
+    # ... and give no mutated argument a default (torch before 2.12 fails on one; torch_ops.py).
+    fwd_schema = str(torch.ops.flash_kda.fwd_checkpointed.default._schema)
+    chunk_schema = str(torch.ops.flash_kda.chunk_kda_checkpointed.default._schema)
+    for schema in (fwd_schema, chunk_schema):
+        assert "!)? checkpoint_state," in schema and "SymInt? checkpoint_interval)" in schema
+        assert "=" not in schema
+    assert "checkpoint" not in str(torch.ops.flash_kda.fwd.default._schema)
+    assert "checkpoint" not in str(torch.ops.flash_kda.chunk_kda.default._schema)
 
 
 @needs_torch
@@ -368,11 +373,11 @@ def test_opcheck_with_checkpoints(rng):
     if not hasattr(torch.library, "opcheck"):
         pytest.skip("torch.library.opcheck needs torch>=2.4")
     t = to_torch(_torch_case(rng))
-    torch.library.opcheck(torch.ops.flash_kda.fwd.default, (
+    torch.library.opcheck(torch.ops.flash_kda.fwd_checkpointed.default, (
         t["q"], t["k"], t["v"], t["g"], t["beta"], t["scale"], t["out"], t["A_log"], t["dt_bias"],
         t["lower_bound"], t["initial_state"], t["final_state"], t["cu_seqlens"], None, None, None, None,
         t["checkpoint_state"], t["checkpoint_indices"], t["checkpoint_start"], 16))
-    torch.library.opcheck(torch.ops.flash_kda.chunk_kda.default, (
+    torch.library.opcheck(torch.ops.flash_kda.chunk_kda_checkpointed.default, (
         t["q"], t["k"], t["v"], t["g"], t["beta"], t["scale"], t["A_log"], t["dt_bias"], t["lower_bound"],
         t["initial_state"], t["cu_seqlens"], None, True, t["checkpoint_state"], t["checkpoint_indices"],
         t["checkpoint_start"], 16))

@@ -3,7 +3,7 @@
 #   1. correctness against the float64 reference and the fp32 GPU recurrence (kda_gpu_check check;
 #      forward under every plan, and decode);
 #   2. compute-sanitizer memcheck and racecheck on small varlen forward and decode cases;
-#   3. the BENCH.md prefill and decode benchmarks from C++ (kda_gpu_check bench, bench-decode:
+#   3. the prefill and decode benchmarks from C++ (kda_gpu_check bench, bench-decode:
 #      median, copy floor in the run);
 #   4. if Python with torch is present: pip install . (no build isolation: works offline), the
 #      Python benchmark (python -m flash_kda.bench speed: results in OUTDIR/bench_py/) with fla's

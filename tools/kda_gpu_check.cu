@@ -131,7 +131,7 @@ Host make_inputs(const Case& c) {
   for (auto& e : h.dt_bias) e = u(rng());
   std::normal_distribution<float> nd;
   h.s0.resize(h.N * h.HV * D * D);
-  for (auto& e : h.s0) e = nd(rng());
+  for (auto& e : h.s0) e = c.v_scale * nd(rng());  // the state on the scale of v
   if (c.state == DType::kBF16)
     for (auto& e : h.s0) e = bf16_to_float(float_to_bf16(e));
   return h;
@@ -585,6 +585,19 @@ std::vector<Case> edge_cases() {
   c.batch = 1;
   c.seqlen = 300;
   c.v_scale = 100.f;
+  add(c);
+  c = {};
+  // States past fp16's range: the prepared plans' fp16 products detect it and recompute in tf32.
+  c.name = "huge |v| x3e4 (fp16 range)";
+  c.batch = 1;
+  c.seqlen = 700;
+  c.v_scale = 3e4f;
+  add(c);
+  c = {};
+  c.name = "small |v| x1e-3";
+  c.batch = 1;
+  c.seqlen = 700;
+  c.v_scale = 1e-3f;
   add(c);
   c = {};
   c.name = "zero key row";

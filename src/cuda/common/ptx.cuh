@@ -25,6 +25,27 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], float a0, float a1, floa
         "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
 }
 
+// D = A(16x16, row) * B(16x8, col) + D with fp16 operands and fp32 accumulation. Each register
+// holds two fp16 values of adjacent k (the lower k in the low half):
+//   a0 (g, 2t..2t+1)   a1 (g+8, 2t..2t+1)   a2 (g, 2t+8..2t+9)   a3 (g+8, 2t+8..2t+9)
+//   b0 (k=2t..2t+1, n=g)   b1 (k=2t+8..2t+9, n=g)
+//   d as for mma_tf32
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two fp32 values as one fp16x2 register (round to nearest even; lo in the low half). Magnitudes
+// of 65520 and above become infinities, which the callers detect.
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
 // 16-byte asynchronous copy global -> shared; `src_bytes` < 16 zero-fills the rest (0: all zeros,
 // nothing is read).
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, uint32_t src_bytes) {

@@ -1,5 +1,7 @@
 // Consumer role of the sm90 forward: the state-dependent part of every chunk, on 16 rows of the
-// V x K state held in registers as the fp32 accumulator of tf32 MMAs (m16n8k8).
+// V x K state held in registers as the fp32 accumulator of the MMAs (tf32 m16n8k8 in the fused
+// kernel; in the prepared plans fp16 m16n8k16 for the three large products, with a tf32 fallback
+// for a chunk whose operands do not fit fp16).
 //
 // With S the state at the chunk start (rows v of this warp), per chunk:
 //   step 1   X  = S k_tilde^T - v^T,  Xq = S q_tilde^T          [16 x 16] each, k = 128 channels
@@ -38,6 +40,7 @@ template <class Tr>
 struct Fp32StageView {
   using Stage = typename Tr::Stage;
   static constexpr bool kScaleQ = false;
+  static constexpr bool kHalfProducts = false;  // tf32 products only
   template <int kPitch>
   __device__ static float2 pair(const float (*m)[kPitch], int n, int kp) {
     return *reinterpret_cast<const float2*>(&m[n][kp]);
@@ -63,11 +66,14 @@ struct Fp32StageView {
 };
 
 // The recurrence kernel: the chunk as the preparation pass stored it (KdaPrepared, copied in by
-// the loader), v as stored, mbarriers.
+// the loader), v as stored, mbarriers. The large products take their fp16 fragments straight from
+// the copied tiles (one 16-byte load a lane and step); the tf32 accessors below serve the fallback
+// of a chunk whose state or U does not fit fp16.
 template <class Tr>
 struct PackedStageView {
   using Stage = typename Tr::Stage;
-  static constexpr bool kScaleQ = true;  // q_hat comes without the output scale
+  static constexpr bool kScaleQ = true;         // q_hat comes without the output scale
+  static constexpr bool kHalfProducts = true;   // fp16 MMAs for S k_tilde^T, S q_hat^T, U^T k_dec
   __device__ static const Stage& acquire(typename Tr::Smem& sm, int i) {
     const int s = i % Tr::kStages;
     mbarrier_wait(&sm.full[s], (i / Tr::kStages) & 1);
@@ -77,11 +83,22 @@ struct PackedStageView {
     __syncwarp();
     if (lane == 0) mbarrier_arrive(&sm.empty[i % Tr::kStages]);
   }
+  __device__ static float2 word(const Stage& st, int offset, int w) {
+    return __half22float2(*reinterpret_cast<const __half2*>(st.prepared + offset + 4 * w));
+  }
+  // fp16 B fragments of step i (k_tilde / q_hat: channels 16i..16i+15; k_dec: channels 16i..16i+15
+  // as two n8 tiles): {tile 0 b0, b1, tile 1 b0, b1}.
+  __device__ static uint4 frag16(const Stage& st, int offset, int i, int lane) {
+    return *reinterpret_cast<const uint4*>(st.prepared + offset + 16 * (32 * i + lane));
+  }
+  // gamma of channels (16i + 2t, +1, 16i + 8 + 2t, +1)
+  __device__ static float4 gamma4(const Stage& st, int i, int t4) {
+    return *reinterpret_cast<const float4*>(st.prepared + KdaPrepared::kGamma + 16 * (4 * i + t4));
+  }
   __device__ static float4 kq(const Stage& st, int offset, int g, int c) {
-    const uint2 u = *reinterpret_cast<const uint2*>(st.prepared + offset + 4 * KdaPrepared::kq_word(g, c));
-    const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
-    const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
-    return make_float4(lo.x, lo.y, hi.x, hi.y);
+    const float2 lo = word(st, offset, KdaPrepared::kq_word(g, c >> 1));
+    const float2 hi = word(st, offset, KdaPrepared::kq_word(g + 8, c >> 1));
+    return make_float4(lo.x, hi.x, lo.y, hi.y);
   }
   __device__ static float4 k_frag(const Stage& st, int g, int c) { return kq(st, KdaPrepared::kKTilde, g, c); }
   __device__ static float4 q_frag(const Stage& st, int g, int c) { return kq(st, KdaPrepared::kQHat, g, c); }
@@ -95,12 +112,10 @@ struct PackedStageView {
   __device__ static float2 neg_t(const Stage& st, int t, int s) { return square(st, KdaPrepared::kNegT, t, s); }
   __device__ static float2 m(const Stage& st, int t, int s) { return square(st, KdaPrepared::kM, t, s); }
   __device__ static float2 k_dec(const Stage& st, int c, int t) {
-    const __half2 h =
-        *reinterpret_cast<const __half2*>(st.prepared + KdaPrepared::kKDec + 4 * KdaPrepared::k_dec_word(c, t / 2));
-    return __half22float2(h);
+    return word(st, KdaPrepared::kKDec, KdaPrepared::k_dec_word(c, t / 2));
   }
   __device__ static float2 gamma(const Stage& st, int c) {
-    return *reinterpret_cast<const float2*>(st.prepared + KdaPrepared::kGamma + 4 * c);
+    return *reinterpret_cast<const float2*>(st.prepared + KdaPrepared::kGamma + 4 * KdaPrepared::gamma_word(c));
   }
 };
 
@@ -188,41 +203,23 @@ struct KdaConsumer {
     for (int i = 0; i < nchunks; ++i) {
       const Stage& st = View::acquire(sm, i);
 
-      // step 1: xk = S k_tilde^T - v^T, xq = S q_tilde^T. Even and odd channel blocks of xk (needed
-      // first) go to separate accumulators: six independent MMA chains instead of four.
-      float xk[2][4], xq[2][4], xk_odd[2][4] = {};
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        if (io.has_v) {
-          const float2 lo = View::neg_v(st, vrow, 8 * n + 2 * t4), hi = View::neg_v(st, vrow + 8, 8 * n + 2 * t4);
-          xk[n][0] = lo.x, xk[n][1] = lo.y, xk[n][2] = hi.x, xk[n][3] = hi.y;
-        } else {
-          xk[n][0] = xk[n][1] = xk[n][2] = xk[n][3] = 0.f;
-        }
-        xq[n][0] = xq[n][1] = xq[n][2] = xq[n][3] = 0.f;
+      // step 1: xk = S k_tilde^T - v^T, xq = S q_tilde^T
+      float xk[2][4], xq[2][4];
+      bool done = false;
+      if constexpr (View::kHalfProducts) {
+        init_products(st, vrow, xk, xq);
+        done = products_f16<kOut>(st, S, xk, xq);
       }
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        const float a0 = ptx::round_tf32(S[j][0]), a1 = ptx::round_tf32(S[j][2]);
-        const float a2 = ptx::round_tf32(S[j][1]), a3 = ptx::round_tf32(S[j][3]);
-        // (tokens g, g + 8) x (channels 2t, 2t + 1): the B pairs of both token halves.
-        const float4 bk = View::k_frag(st, g, 8 * j + 2 * t4);
-        float(&ck)[2][4] = j % 2 ? xk_odd : xk;
-        ptx::mma_tf32(ck[0], a0, a1, a2, a3, bk.x, bk.z);
-        ptx::mma_tf32(ck[1], a0, a1, a2, a3, bk.y, bk.w);
-        if constexpr (kOut) {
-          const float4 bq = View::q_frag(st, g, 8 * j + 2 * t4);
-          ptx::mma_tf32(xq[0], a0, a1, a2, a3, bq.x, bq.z);
-          ptx::mma_tf32(xq[1], a0, a1, a2, a3, bq.y, bq.w);
-        }
+      if (!done) {
+        init_products(st, vrow, xk, xq);
+        products_tf32<kOut>(st, S, xk, xq);
       }
+      if constexpr (View::kScaleQ && kOut) {
 #pragma unroll
-      for (int n = 0; n < 2; ++n)
+        for (int n = 0; n < 2; ++n)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          xk[n][r] += xk_odd[n][r];
-          if constexpr (View::kScaleQ && kOut) xq[n][r] *= a.scale;
-        }
+          for (int r = 0; r < 4; ++r) xq[n][r] *= a.scale;
+      }
 
       // step 2: U^T = xk (-T)^T
       float u[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
@@ -236,7 +233,7 @@ struct KdaConsumer {
           ptx::mma_tf32(u[n], a0, a1, a2, a3, b.x, b.y);
         }
       }
-      float ua[2][4];
+      float ua[2][4];  // U^T as tf32 A fragments (k positions t, t + 4 = tokens 2t, 2t + 1)
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
         ua[kk][0] = ptx::round_tf32(u[kk][0]), ua[kk][1] = ptx::round_tf32(u[kk][2]);
@@ -255,21 +252,129 @@ struct KdaConsumer {
       }
 
       // step 4: S = S Diag(gamma) + U^T k_dec
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        const float2 gm = View::gamma(st, 8 * j + 2 * t4);
-        S[j][0] *= gm.x, S[j][1] *= gm.y, S[j][2] *= gm.x, S[j][3] *= gm.y;
-#pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          const float2 b = View::k_dec(st, 8 * j + g, 8 * kk + 2 * t4);
-          ptx::mma_tf32(S[j], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
-        }
-      }
+      done = false;
+      if constexpr (View::kHalfProducts) done = update_f16(st, S, u);
+      if (!done) update_tf32(st, S, ua);
       View::release(sm, i, nchunks, lane);
 
       if constexpr (kOut) store_output(xq, io.chunk0 + i);
     }
     store_state(S);
+  }
+
+  __device__ void init_products(const Stage& st, int vrow, float (&xk)[2][4], float (&xq)[2][4]) const {
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      if (io.has_v) {
+        const float2 lo = View::neg_v(st, vrow, 8 * n + 2 * t4), hi = View::neg_v(st, vrow + 8, 8 * n + 2 * t4);
+        xk[n][0] = lo.x, xk[n][1] = lo.y, xk[n][2] = hi.x, xk[n][3] = hi.y;
+      } else {
+        xk[n][0] = xk[n][1] = xk[n][2] = xk[n][3] = 0.f;
+      }
+      xq[n][0] = xq[n][1] = xq[n][2] = xq[n][3] = 0.f;
+    }
+  }
+
+  // Step 1 with tf32 operands. Even and odd channel blocks of xk (needed first) go to separate
+  // accumulators: six independent MMA chains instead of four.
+  template <bool kOut>
+  __device__ void products_tf32(const Stage& st, const float (&S)[kTiles][4], float (&xk)[2][4],
+                                float (&xq)[2][4]) const {
+    float xk_odd[2][4] = {};
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      const float a0 = ptx::round_tf32(S[j][0]), a1 = ptx::round_tf32(S[j][2]);
+      const float a2 = ptx::round_tf32(S[j][1]), a3 = ptx::round_tf32(S[j][3]);
+      // (tokens g, g + 8) x (channels 2t, 2t + 1): the B pairs of both token halves.
+      const float4 bk = View::k_frag(st, g, 8 * j + 2 * t4);
+      float(&ck)[2][4] = j % 2 ? xk_odd : xk;
+      ptx::mma_tf32(ck[0], a0, a1, a2, a3, bk.x, bk.z);
+      ptx::mma_tf32(ck[1], a0, a1, a2, a3, bk.y, bk.w);
+      if constexpr (kOut) {
+        const float4 bq = View::q_frag(st, g, 8 * j + 2 * t4);
+        ptx::mma_tf32(xq[0], a0, a1, a2, a3, bq.x, bq.z);
+        ptx::mma_tf32(xq[1], a0, a1, a2, a3, bq.y, bq.w);
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) xk[n][r] += xk_odd[n][r];
+  }
+
+  // Step 1 with fp16 operands (the prepared plans): the state's accumulator tiles 2i and 2i + 1 are
+  // the A fragment of step i as they stand (columns 2t, 2t + 1 and 8 + 2t, 9 + 2t), so no
+  // permutation is needed; fp16 keeps tf32's 10-bit mantissa. A state entry of 65520 or more
+  // becomes an infinity in fp16 and makes the products non-finite: then the whole warp returns
+  // false and the caller recomputes the chunk's products in tf32 (which also covers inputs that
+  // are not finite themselves).
+  template <bool kOut>
+  __device__ bool products_f16(const Stage& st, const float (&S)[kTiles][4], float (&xk)[2][4],
+                               float (&xq)[2][4]) const {
+    float xk_odd[2][4] = {};  // xk is needed first: two chains; xq keeps one (registers)
+#pragma unroll
+    for (int i = 0; i < kTiles / 2; ++i) {
+      const uint32_t af[4] = {ptx::pack_f16(S[2 * i][0], S[2 * i][1]), ptx::pack_f16(S[2 * i][2], S[2 * i][3]),
+                              ptx::pack_f16(S[2 * i + 1][0], S[2 * i + 1][1]),
+                              ptx::pack_f16(S[2 * i + 1][2], S[2 * i + 1][3])};
+      const uint4 bk = View::frag16(st, KdaPrepared::kKTilde, i, lane);
+      float(&ck)[2][4] = i % 2 ? xk_odd : xk;
+      ptx::mma_f16(ck[0], af, bk.x, bk.y);
+      ptx::mma_f16(ck[1], af, bk.z, bk.w);
+      if constexpr (kOut) {
+        const uint4 bq = View::frag16(st, KdaPrepared::kQHat, i, lane);
+        ptx::mma_f16(xq[0], af, bq.x, bq.y);
+        ptx::mma_f16(xq[1], af, bq.z, bq.w);
+      }
+    }
+    float check[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      xk[0][r] += xk_odd[0][r], xk[1][r] += xk_odd[1][r];
+      check[r] = xk[0][r] + xk[1][r];
+      if constexpr (kOut) check[r] += xq[0][r] + xq[1][r];
+    }
+    const float sum = (check[0] + check[1]) + (check[2] + check[3]);  // non-finite if any term is
+    return __all_sync(0xffffffffu, isfinite(sum));
+  }
+
+  // Step 4 with tf32 operands: U^T as permuted A fragments, k_dec pairs in the same permutation.
+  __device__ void update_tf32(const Stage& st, float (&S)[kTiles][4], const float (&ua)[2][4]) const {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      const float2 gm = View::gamma(st, 8 * j + 2 * t4);
+      S[j][0] *= gm.x, S[j][1] *= gm.y, S[j][2] *= gm.x, S[j][3] *= gm.y;
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        const float2 b = View::k_dec(st, 8 * j + g, 8 * kk + 2 * t4);
+        ptx::mma_tf32(S[j], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
+      }
+    }
+  }
+
+  // Step 4 with U^T in fp16 (one m16n8k16 per state tile, all 16 tokens); false, with nothing
+  // changed, when some |U| of the warp does not fit fp16 (the caller then runs update_tf32).
+  __device__ bool update_f16(const Stage& st, float (&S)[kTiles][4], const float (&u)[2][4]) const {
+    float big = 0.f;
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) big = fmaxf(big, fabsf(u[n][r]));
+    if (!__all_sync(0xffffffffu, big < 65504.f)) return false;  // (fmaxf skips NaN: a NaN u passes and propagates)
+    const uint32_t af[4] = {ptx::pack_f16(u[0][0], u[0][1]), ptx::pack_f16(u[0][2], u[0][3]),
+                            ptx::pack_f16(u[1][0], u[1][1]), ptx::pack_f16(u[1][2], u[1][3])};
+#pragma unroll
+    for (int i = 0; i < kTiles / 2; ++i) {
+      const float4 gm = View::gamma4(st, i, t4);
+      float(&s0)[4] = S[2 * i];
+      float(&s1)[4] = S[2 * i + 1];
+      s0[0] *= gm.x, s0[1] *= gm.y, s0[2] *= gm.x, s0[3] *= gm.y;
+      s1[0] *= gm.z, s1[1] *= gm.w, s1[2] *= gm.z, s1[3] *= gm.w;
+      const uint4 kd = View::frag16(st, KdaPrepared::kKDec, i, lane);
+      ptx::mma_f16(s0, af, kd.x, kd.y);
+      ptx::mma_f16(s1, af, kd.z, kd.w);
+    }
+    return true;
   }
 
   // Stages the warp's 16 rows x 16 tokens of O^T through shared memory so that every lane writes

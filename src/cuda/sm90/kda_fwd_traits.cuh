@@ -70,28 +70,37 @@ struct KdaDims {
 // stored without `scale` (any finite scale then fits); the consumers multiply it in. The 16 x 16
 // matrices and gamma stay fp32 (tf32-rounded like the fused kernel's stage).
 //
-// Words (4 bytes) are XOR-swizzled so that the consumers' fragment loads from the copied layout
-// are free of bank conflicts: a half-warp reads rows g = 0..3 at the same column, and the swizzle
-// moves each row to its own 8-word bank group. The parts that produce no output read only the
-// first kOutputFree bytes.
+// The tiles are laid out in the order the consumers' fp16 MMA fragments (m16n8k16) take them:
+// lane l = 4 g + t of a warp reads 16-byte unit 32 i + l for step i, so a warp's fragment load is
+// 512 contiguous bytes (no bank conflicts) and one instruction. A word is a half2 of two adjacent
+// contraction indices (channels for k_tilde and q_hat, tokens for k_dec). The parts that produce
+// no output read only the first kOutputFree bytes.
 struct KdaPrepared {
-  // fp16 [8][128] words, word (t % 8, c) = (token t, token t + 8) of channel c, at
-  // t8 * 128 + (c ^ 8 (t8 % 4)): k_hat 2^{G_t}
+  // fp16 words (token n, channel pair p = channels 2p, 2p + 1): unit (8 (p / 8) + n % 8) * 4 + p % 4,
+  // word 2 (n / 8) + (p % 8) / 4 of it: k_hat 2^{G_t}
   static constexpr int kKTilde = 0;
-  // fp16 [128][8] words, word (c, w) = tokens 2w, 2w + 1 of k_hat_s 2^{G_last - G_s}, at
-  // c * 8 + (w ^ 4 ((c / 4) % 2))
+  // fp16 words (channel c, token pair w = tokens 2w, 2w + 1) of k_hat_s 2^{G_last - G_s}:
+  // unit (8 (c / 16) + c % 8) * 4 + w % 4, word 2 ((c / 8) % 2) + w / 4 of it
   static constexpr int kKDec = 4096;
   // fp32 [16][16], element (t, s) at t * 16 + (s ^ 8 ((t / 2) % 2)): -(I + diag(beta) A)^{-1} diag(beta)
   static constexpr int kNegT = 8192;
-  static constexpr int kGamma = 9216;  // fp32 [128]: 2^{G_last}
+  // fp32 [128]: 2^{G_last}; channel c at unit 4 (c / 16) + (c % 8) / 2, word 2 ((c / 8) % 2) + c % 2
+  static constexpr int kGamma = 9216;
   static constexpr int kOutputFree = 9728;
   static constexpr int kQHat = 9728;  // fp16, as k_tilde: q_hat 2^{G_t} (no scale)
   static constexpr int kM = 13824;    // fp32, as -T: masked q_tilde k_bar^T (with scale)
   static constexpr int kBytes = 14848;
 
-  __device__ static int kq_word(int t8, int c) { return t8 * 128 + (c ^ (8 * (t8 & 3))); }
-  __device__ static int k_dec_word(int c, int w) { return c * 8 + (w ^ (4 * ((c >> 2) & 1))); }
-  __device__ static int square_word(int t, int s) { return t * 16 + (s ^ (8 * ((t >> 1) & 1))); }
+  __host__ __device__ static constexpr int kq_word(int n, int p) {
+    return ((8 * (p >> 3) + (n & 7)) * 4 + (p & 3)) * 4 + 2 * (n >> 3) + ((p >> 2) & 1);
+  }
+  __host__ __device__ static constexpr int k_dec_word(int c, int w) {
+    return ((8 * (c >> 4) + (c & 7)) * 4 + (w & 3)) * 4 + 2 * ((c >> 3) & 1) + (w >> 2);
+  }
+  __host__ __device__ static constexpr int gamma_word(int c) {
+    return (4 * (c >> 4) + ((c & 7) >> 1)) * 4 + 2 * ((c >> 3) & 1) + (c & 1);
+  }
+  __host__ __device__ static constexpr int square_word(int t, int s) { return t * 16 + (s ^ (8 * ((t >> 1) & 1))); }
 };
 
 // The shared-memory tiles of one prepared chunk as the consumers read them (all values already
@@ -201,13 +210,13 @@ struct KdaRecTraits : KdaDims {
   static constexpr int kVRows = 16 * kConsumerWarps;
   static constexpr int kLoaderWarps = 1;
   static constexpr int kThreads = 32 * (kLoaderWarps + kConsumerWarps);
-  // A consumer step is ~0.3-0.5 us and a global load ~1 us: eight chunks in flight.
-  static constexpr int kStages = 8;
-
   struct Stage {
     alignas(16) unsigned char prepared[KdaPrepared::kBytes];
     uint16_t v[kChunk][kVRows];  // this CTA's v columns, as stored (bf16)
   };
+  // A consumer step is ~1 us and a load from HBM 1-2 us: as many chunks in flight as ~208 KB
+  // hold (11 with 128 rows, 14 with 16).
+  static constexpr int kStages = int((208 * 1024) / sizeof(Stage)) < 16 ? int((208 * 1024) / sizeof(Stage)) : 16;
   struct Smem {
     Stage stage[kStages];
     uint64_t full[kStages];   // the loader's copies landed (its 32 lanes' arrivals + transaction bytes)

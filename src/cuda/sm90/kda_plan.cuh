@@ -104,15 +104,17 @@ __device__ __forceinline__ WorkUnit table_unit(const KdaFwdArgs& a, const SeqTab
 // rounding of earlier steps). One CTA per (split sequence, head, 8 rows); P_{j+1} and R_{j+1} are
 // fetched while step j computes.
 struct ChainTraits {
-  static constexpr int kRows = 8;
-  static constexpr int kThreads = 128;  // thread: row tid / 16, columns 8 (tid % 16) .. + 7
+  static constexpr int kRows = 8;       // state rows per CTA
+  static constexpr int kThreads = 128;  // thread c: column c of the CTA's rows
+  static constexpr int kTileK = 16;     // rows of P per streamed tile
+  static constexpr int kRing = 6;       // tiles in flight
   struct Smem {
-    float p[2][KdaDims::kDim][KdaDims::kDim];
-    float r[2][kRows][KdaDims::kDim];
-    float s_t[KdaDims::kDim][kRows];  // the current rows, transposed: s_t[k][row]
+    float p[kRing][kTileK][KdaDims::kDim];  // P_j streamed in k tiles (8 KB each)
+    float r[kRows][KdaDims::kDim];          // this CTA's rows of R_j
+    float s_t[KdaDims::kDim][kRows];        // the current rows, transposed: s_t[k][row]
     int seq;
   };
-  static constexpr int kSmemBytes = sizeof(Smem);
+  static constexpr int kSmemBytes = sizeof(Smem);  // ~56 KB: four CTAs an SM
 };
 
 }  // namespace flash_kda::cuda::sm90

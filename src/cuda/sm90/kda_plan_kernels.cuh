@@ -120,49 +120,69 @@ __global__ void __launch_bounds__(ChainTraits::kThreads)
   if (n < 0 || p.seq.slot[n] < 0) return;
   const int64_t e0 = p.seq.extra_off[n];
   const int segs = int(p.seq.extra_off[n + 1] - e0) + 1;
-  const int tid = threadIdx.x, row = tid / 16, c0 = (tid % 16) * 8, row0 = slice * R;
+  const int tid = threadIdx.x, row0 = slice * R;
   auto at = [&](const float* buf, int64_t e, int r) { return buf + state_row_offset(e, a.heads_v, hv, r); };
-  auto fetch = [&](int j, int buf) {  // P_j (all rows) and this CTA's rows of R_j, 16 bytes a copy
-    const float* pj = at(p.seg_p, e0 + j - 1, 0);
-    for (int i = tid; i < D * D / 4; i += kT) ptx::cp_async_16(&sm.p[buf][0][0] + 4 * i, pj + 4 * i, 16);
-    const float* rj = at(p.seg_r, e0 + j - 1, row0);
-    for (int i = tid; i < R * D / 4; i += kT) ptx::cp_async_16(&sm.r[buf][0][0] + 4 * i, rj + 4 * i, 16);
-    ptx::cp_async_commit();
+  // The steps j = 1 .. segs - 2 read P_j as kTiles tiles of kTileK rows, one stream of tiles
+  // q = (j - 1) kTiles + kt through a kRing-deep cp.async ring; the group of a step's first tile
+  // also brings this CTA's rows of R_j (read only at that tile, before the next step's arrive).
+  constexpr int kTileK = ChainTraits::kTileK, kTiles = D / kTileK, kRing = ChainTraits::kRing;
+  static_assert(kRing - 1 < kTiles, "R_{j+1} must not land before every thread has read R_j");
+  static_assert(kT == D && R == 8, "one thread a column, eight rows");
+  const int steps = segs - 2;
+  const int tiles = steps > 0 ? steps * kTiles : 0;
+  auto fetch = [&](int q) {
+    if (q < tiles) {
+      const int j = 1 + q / kTiles, kt = q % kTiles;
+      const float* pj = at(p.seg_p, e0 + j - 1, kt * kTileK);
+      float* dst = &sm.p[q % kRing][0][0];
+      for (int i = tid; i < kTileK * D / 4; i += kT) ptx::cp_async_16(dst + 4 * i, pj + 4 * i, 16);
+      if (kt == 0) {
+        const float* rj = at(p.seg_r, e0 + j - 1, row0);
+        for (int i = tid; i < R * D / 4; i += kT) ptx::cp_async_16(&sm.r[0][0] + 4 * i, rj + 4 * i, 16);
+      }
+    }
+    ptx::cp_async_commit();  // (empty groups keep the count uniform)
   };
-  if (segs >= 3) fetch(1, 0);
+  for (int q = 0; q < kRing - 1; ++q) fetch(q);
   {  // S_1 (segment 0's end, written by pass 1), transposed into shared memory
     const float* s1 = at(p.seg_start, e0, row0);
     for (int i = tid; i < R * D; i += kT) sm.s_t[i % D][i / D] = s1[i];
   }
-  for (int j = 1; j <= segs - 2; ++j) {
-    const int buf = (j - 1) % 2;
-    if (j + 1 <= segs - 2) {
-      fetch(j + 1, j % 2);
-      ptx::cp_async_wait<1>();
-    } else {
-      ptx::cp_async_wait<0>();
-    }
-    __syncthreads();  // P_j, R_j and the current rows are visible
-    float acc[8];
+  float acc[R];
+  for (int q = 0; q < tiles; ++q) {
+    const int j = 1 + q / kTiles, kt = q % kTiles;
+    fetch(q + kRing - 1);  // into the slot tile q - 1 used: every thread left it at the last barrier
+    ptx::cp_async_wait<kRing - 1>();
+    __syncthreads();  // tile q (and R_j with the first tile) visible
+    if (kt == 0) {
 #pragma unroll
-    for (int c = 0; c < 8; ++c) acc[c] = sm.r[buf][row][c0 + c];
-#pragma unroll 8
-    for (int k = 0; k < D; ++k) {
-      const float s = sm.s_t[k][row];
-      const float4 p0 = *reinterpret_cast<const float4*>(&sm.p[buf][k][c0]);
-      const float4 p1 = *reinterpret_cast<const float4*>(&sm.p[buf][k][c0 + 4]);
-      acc[0] = fmaf(s, p0.x, acc[0]), acc[1] = fmaf(s, p0.y, acc[1]);
-      acc[2] = fmaf(s, p0.z, acc[2]), acc[3] = fmaf(s, p0.w, acc[3]);
-      acc[4] = fmaf(s, p1.x, acc[4]), acc[5] = fmaf(s, p1.y, acc[5]);
-      acc[6] = fmaf(s, p1.z, acc[6]), acc[7] = fmaf(s, p1.w, acc[7]);
+      for (int r = 0; r < R; ++r) acc[r] = sm.r[r][tid];
     }
-    __syncthreads();  // every thread has read the current rows and this step's buffers
-    float* out = const_cast<float*>(at(p.seg_start, e0 + j, row0)) + row * D + c0;
+    const float(*pt)[D] = sm.p[q % kRing];
+    // Column tid of the tile's rows, and the CTA's rows of S at the tile's k (broadcasts): all
+    // loads of the tile first, then the FMAs (independent per row).
+    float pk[kTileK];
 #pragma unroll
-    for (int c = 0; c < 8; ++c) sm.s_t[c0 + c][row] = acc[c];
-    reinterpret_cast<float4*>(out)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-    reinterpret_cast<float4*>(out)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    for (int k = 0; k < kTileK; ++k) pk[k] = pt[k][tid];
+#pragma unroll
+    for (int k = 0; k < kTileK; ++k) {
+      const float4 s0 = *reinterpret_cast<const float4*>(&sm.s_t[kt * kTileK + k][0]);
+      const float4 s1 = *reinterpret_cast<const float4*>(&sm.s_t[kt * kTileK + k][4]);
+      acc[0] = fmaf(s0.x, pk[k], acc[0]), acc[1] = fmaf(s0.y, pk[k], acc[1]);
+      acc[2] = fmaf(s0.z, pk[k], acc[2]), acc[3] = fmaf(s0.w, pk[k], acc[3]);
+      acc[4] = fmaf(s1.x, pk[k], acc[4]), acc[5] = fmaf(s1.y, pk[k], acc[5]);
+      acc[6] = fmaf(s1.z, pk[k], acc[6]), acc[7] = fmaf(s1.w, pk[k], acc[7]);
+    }
+    __syncthreads();  // every thread is done with tile q's slot (and, at a step's end, the rows)
+    if (kt == kTiles - 1) {  // S_{j+1} = S_j P_j + R_j complete
+      float* out = const_cast<float*>(at(p.seg_start, e0 + j, row0));
+      *reinterpret_cast<float4*>(&sm.s_t[tid][0]) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      *reinterpret_cast<float4*>(&sm.s_t[tid][4]) = make_float4(acc[4], acc[5], acc[6], acc[7]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) out[r * D + tid] = acc[r];
+    }
   }
+  ptx::cp_async_wait<0>();
 }
 
 }  // namespace flash_kda::cuda::sm90

@@ -20,27 +20,37 @@ struct WorkspaceSink {
 
   __device__ const float (*k_tilde() const)[KdaDims::kPitchKI] { return tl.k_tilde; }
   __device__ const float (*q_tilde() const)[KdaDims::kPitchKI] { return tl.q_tilde; }
+  // Tokens t and t + 8 of channel c (this thread's). The workspace pairs adjacent channels of one
+  // token, so the two lanes of a channel pair swap one value each: the even lane stores token t of
+  // the pair, the odd lane token t + 8.
   __device__ void kq(int t, int c, const float (&k)[2], const float (&q)[2]) const {
     *reinterpret_cast<float2*>(&tl.k_tilde[t][2 * c]) = make_float2(ptx::round_tf32(k[0]), ptx::round_tf32(k[1]));
     *reinterpret_cast<float2*>(&tl.q_tilde[t][2 * c]) = make_float2(ptx::round_tf32(q[0]), ptx::round_tf32(q[1]));
-    const int at = 4 * KdaPrepared::kq_word(t, c);  // byte offset of the (t, c) pair
-    *reinterpret_cast<__half2*>(dst + KdaPrepared::kKTilde + at) = __floats2half2_rn(k[0], k[1]);
-    *reinterpret_cast<__half2*>(dst + KdaPrepared::kQHat + at) = __floats2half2_rn(q[0] * inv_scale, q[1] * inv_scale);
+    const bool odd = c & 1;
+    const float k_other = __shfl_xor_sync(0xffffffffu, odd ? k[0] : k[1], 1);
+    const float q_other = __shfl_xor_sync(0xffffffffu, odd ? q[0] : q[1], 1);
+    const int at = 4 * KdaPrepared::kq_word(odd ? t + 8 : t, c >> 1);  // byte offset of the word
+    *reinterpret_cast<__half2*>(dst + KdaPrepared::kKTilde + at) =
+        odd ? __floats2half2_rn(k_other, k[1]) : __floats2half2_rn(k[0], k_other);
+    *reinterpret_cast<__half2*>(dst + KdaPrepared::kQHat + at) =
+        odd ? __floats2half2_rn(q_other * inv_scale, q[1] * inv_scale)
+            : __floats2half2_rn(q[0] * inv_scale, q_other * inv_scale);
   }
   __device__ void k_dec(int c, const float (&kd)[KdaDims::kChunk]) const {
     uint32_t h[KdaDims::kChunk / 2];
 #pragma unroll
-    for (int t = 0; t < KdaDims::kChunk / 2; ++t) {
-      const __half2 x = __floats2half2_rn(kd[2 * t], kd[2 * t + 1]);
-      h[t] = *reinterpret_cast<const uint32_t*>(&x);
+    for (int w = 0; w < KdaDims::kChunk / 2; ++w) {
+      const __half2 x = __floats2half2_rn(kd[2 * w], kd[2 * w + 1]);
+      h[w] = *reinterpret_cast<const uint32_t*>(&x);
     }
-    // Words 0-3 and 4-7 of the channel's row, swapped on the rows the swizzle flips.
-    uint4* d = reinterpret_cast<uint4*>(dst + KdaPrepared::kKDec + 32 * c);  // the channel's 8 words
-    const int flip = KdaPrepared::k_dec_word(c, 0) % 8 != 0;
-    d[flip] = make_uint4(h[0], h[1], h[2], h[3]);
-    d[1 - flip] = make_uint4(h[4], h[5], h[6], h[7]);
+    // Token pairs w and w + 4 are adjacent words.
+    uint32_t* d = reinterpret_cast<uint32_t*>(dst + KdaPrepared::kKDec);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) *reinterpret_cast<uint2*>(d + KdaPrepared::k_dec_word(c, w)) = make_uint2(h[w], h[w + 4]);
   }
-  __device__ void gamma(int c, float g) const { reinterpret_cast<float*>(dst + KdaPrepared::kGamma)[c] = g; }
+  __device__ void gamma(int c, float g) const {
+    reinterpret_cast<float*>(dst + KdaPrepared::kGamma)[KdaPrepared::gamma_word(c)] = g;
+  }
   __device__ void neg_v(int, const float (&)[KdaDims::kChunk]) const {}
   __device__ void m(int t, int s, float x) const {
     reinterpret_cast<float*>(dst + KdaPrepared::kM)[KdaPrepared::square_word(t, s)] = ptx::round_tf32(x);

@@ -26,7 +26,6 @@
 
 #include "../common/bulk_copy.cuh"
 #include "../common/ptx.cuh"
-#include "../common/wgmma.cuh"
 #include "kda_fwd_scheduler.cuh"
 #include "kda_fwd_traits.cuh"
 
@@ -84,37 +83,21 @@ struct PackedStageView {
     __syncwarp();
     if (lane == 0) mbarrier_arrive(&sm.empty[i % Tr::kStages]);
   }
-  __device__ static float2 word(const Stage& st, int byte) {
-    return __half22float2(*reinterpret_cast<const __half2*>(st.prepared + byte));
+  __device__ static float2 word(const Stage& st, int offset, int w) {
+    return __half22float2(*reinterpret_cast<const __half2*>(st.prepared + offset + 4 * w));
   }
-  __device__ static uint32_t bits(const Stage& st, int byte) {
-    return *reinterpret_cast<const uint32_t*>(st.prepared + byte);
-  }
-  // mma.sync m16n8k16 B fragments of 16-channel step i, {n-tile 0 b0, b1, n-tile 1 b0, b1}: k_tilde
-  // or q_hat (tiles: tokens 0-7, 8-15), or k_dec (tiles: channels 16i + 0-7, 16i + 8-15).
-  __device__ static uint4 kq_frag16(const Stage& st, int offset, int i, int g, int t4) {
-    const int b = offset + KdaPrepared::kq_byte(g, 16 * i + 2 * t4);
-    return make_uint4(bits(st, b), bits(st, b + 256), bits(st, b + 128), bits(st, b + 384));
-  }
-  __device__ static uint4 k_dec_frag16(const Stage& st, int i, int g, int t4) {
-    const int b = KdaPrepared::kKDec + KdaPrepared::k_dec_byte(16 * i + g, 2 * t4);
-    return make_uint4(bits(st, b), bits(st, b + 128), bits(st, b + 256), bits(st, b + 384));
-  }
-  // wgmma descriptors: step i of k_tilde / q_hat (16 channels x 16 tokens), and all of k_dec
-  // (16 tokens x 128 channels).
-  __device__ static uint64_t kq_desc(const Stage& st, int offset, int i) {
-    return wgmma::desc(st.prepared + offset + 512 * i, 256, 128);
-  }
-  __device__ static uint64_t k_dec_desc(const Stage& st) {
-    return wgmma::desc(st.prepared + KdaPrepared::kKDec, 128, 256);
+  // fp16 B fragments of step i (k_tilde / q_hat: channels 16i..16i+15; k_dec: channels 16i..16i+15
+  // as two n8 tiles): {tile 0 b0, b1, tile 1 b0, b1}.
+  __device__ static uint4 frag16(const Stage& st, int offset, int i, int lane) {
+    return *reinterpret_cast<const uint4*>(st.prepared + offset + 16 * (32 * i + lane));
   }
   // gamma of channels (16i + 2t, +1, 16i + 8 + 2t, +1)
   __device__ static float4 gamma4(const Stage& st, int i, int t4) {
     return *reinterpret_cast<const float4*>(st.prepared + KdaPrepared::kGamma + 16 * (4 * i + t4));
   }
   __device__ static float4 kq(const Stage& st, int offset, int g, int c) {
-    const float2 lo = word(st, offset + KdaPrepared::kq_byte(g, c));
-    const float2 hi = word(st, offset + KdaPrepared::kq_byte(g + 8, c));
+    const float2 lo = word(st, offset, KdaPrepared::kq_word(g, c >> 1));
+    const float2 hi = word(st, offset, KdaPrepared::kq_word(g + 8, c >> 1));
     return make_float4(lo.x, hi.x, lo.y, hi.y);
   }
   __device__ static float4 k_frag(const Stage& st, int g, int c) { return kq(st, KdaPrepared::kKTilde, g, c); }
@@ -129,7 +112,7 @@ struct PackedStageView {
   __device__ static float2 neg_t(const Stage& st, int t, int s) { return square(st, KdaPrepared::kNegT, t, s); }
   __device__ static float2 m(const Stage& st, int t, int s) { return square(st, KdaPrepared::kM, t, s); }
   __device__ static float2 k_dec(const Stage& st, int c, int t) {
-    return word(st, KdaPrepared::kKDec + KdaPrepared::k_dec_byte(c, t));
+    return word(st, KdaPrepared::kKDec, KdaPrepared::k_dec_word(c, t / 2));
   }
   __device__ static float2 gamma(const Stage& st, int c) {
     return *reinterpret_cast<const float2*>(st.prepared + KdaPrepared::kGamma + 4 * KdaPrepared::gamma_word(c));
@@ -142,9 +125,6 @@ struct KdaConsumer {
   static constexpr int C = Tr::kChunk;
   static constexpr int D = Tr::kDim;
   static constexpr int kTiles = D / 8;  // n8 tiles of the state
-  // Warpgroup MMAs when the CTA's consumers form whole warpgroups (64 or 128 rows) and read fp16
-  // tiles; otherwise mma.sync (fp16 m16n8k16 for the prepared plans, tf32 for the fused kernel).
-  static constexpr bool kWgmma = View::kHalfProducts && Tr::kConsumerWarps % 4 == 0;
 
   const KdaFwdArgs& a;
   const WorkUnit& w;
@@ -226,10 +206,7 @@ struct KdaConsumer {
       // step 1: xk = S k_tilde^T - v^T, xq = S q_tilde^T
       float xk[2][4], xq[2][4];
       bool done = false;
-      if constexpr (kWgmma) {
-        init_products(st, vrow, xk, xq);
-        done = products_wgmma<kOut>(st, S, xk, xq);
-      } else if constexpr (View::kHalfProducts) {
+      if constexpr (View::kHalfProducts) {
         init_products(st, vrow, xk, xq);
         done = products_f16<kOut>(st, S, xk, xq);
       }
@@ -275,13 +252,9 @@ struct KdaConsumer {
       }
 
       // step 4: S = S Diag(gamma) + U^T k_dec
-      if constexpr (kWgmma) {
-        update_wgmma(st, S, u, ua);
-      } else {
-        done = false;
-        if constexpr (View::kHalfProducts) done = update_f16(st, S, u);
-        if (!done) update_tf32<true>(st, S, ua);
-      }
+      done = false;
+      if constexpr (View::kHalfProducts) done = update_f16(st, S, u);
+      if (!done) update_tf32(st, S, ua);
       View::release(sm, i, nchunks, lane);
 
       if constexpr (kOut) store_output(xq, io.chunk0 + i);
@@ -344,12 +317,12 @@ struct KdaConsumer {
       const uint32_t af[4] = {ptx::pack_f16(S[2 * i][0], S[2 * i][1]), ptx::pack_f16(S[2 * i][2], S[2 * i][3]),
                               ptx::pack_f16(S[2 * i + 1][0], S[2 * i + 1][1]),
                               ptx::pack_f16(S[2 * i + 1][2], S[2 * i + 1][3])};
-      const uint4 bk = View::kq_frag16(st, KdaPrepared::kKTilde, i, g, t4);
+      const uint4 bk = View::frag16(st, KdaPrepared::kKTilde, i, lane);
       float(&ck)[2][4] = i % 2 ? xk_odd : xk;
       ptx::mma_f16(ck[0], af, bk.x, bk.y);
       ptx::mma_f16(ck[1], af, bk.z, bk.w);
       if constexpr (kOut) {
-        const uint4 bq = View::kq_frag16(st, KdaPrepared::kQHat, i, g, t4);
+        const uint4 bq = View::frag16(st, KdaPrepared::kQHat, i, lane);
         ptx::mma_f16(xq[0], af, bq.x, bq.y);
         ptx::mma_f16(xq[1], af, bq.z, bq.w);
       }
@@ -365,85 +338,12 @@ struct KdaConsumer {
     return __all_sync(0xffffffffu, isfinite(sum));
   }
 
-  // Step 1 with warpgroup MMAs: the warpgroup's 64 rows against k_tilde (and q_hat) read by the
-  // tensor core from the copied chunk, A as in products_f16. Non-finite results (a state entry
-  // past fp16's range) are recomputed in tf32 by the warp that has them.
-  template <bool kOut>
-  __device__ bool products_wgmma(const Stage& st, const float (&S)[kTiles][4], float (&xk)[2][4],
-                                 float (&xq)[2][4]) const {
-    uint32_t af[kTiles / 2][4];  // unchanged until the wait: an in-flight wgmma reads them
-#pragma unroll
-    for (int i = 0; i < kTiles / 2; ++i) {
-      af[i][0] = ptx::pack_f16(S[2 * i][0], S[2 * i][1]), af[i][1] = ptx::pack_f16(S[2 * i][2], S[2 * i][3]);
-      af[i][2] = ptx::pack_f16(S[2 * i + 1][0], S[2 * i + 1][1]);
-      af[i][3] = ptx::pack_f16(S[2 * i + 1][2], S[2 * i + 1][3]);
-      wgmma::pin(af[i]);
-    }
-    wgmma::pin(xk);
-    if constexpr (kOut) wgmma::pin(xq);
-    wgmma::fence();
-#pragma unroll
-    for (int i = 0; i < kTiles / 2; ++i) {
-      wgmma::m64n16k16(xk, af[i], View::kq_desc(st, KdaPrepared::kKTilde, i));
-      if constexpr (kOut) wgmma::m64n16k16(xq, af[i], View::kq_desc(st, KdaPrepared::kQHat, i));
-    }
-    wgmma::commit();
-    wgmma::wait_all();
-    wgmma::pin(xk);
-    if constexpr (kOut) wgmma::pin(xq);
-    float check[4];
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      check[r] = xk[0][r] + xk[1][r];
-      if constexpr (kOut) check[r] += xq[0][r] + xq[1][r];
-    }
-    const float sum = (check[0] + check[1]) + (check[2] + check[3]);  // non-finite if any term is
-    return __all_sync(0xffffffffu, isfinite(sum));
-  }
-
-  // Step 4 with one warpgroup MMA, S = S Diag(gamma) + U^T k_dec over all 128 columns. A warp
-  // whose U does not fit fp16 takes part with zeros and adds its U^T k_dec in tf32 afterwards.
-  __device__ void update_wgmma(const Stage& st, float (&S)[kTiles][4], const float (&u)[2][4],
-                               const float (&ua)[2][4]) const {
-    float big = 0.f;
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) big = fmaxf(big, fabsf(u[n][r]));
-    const bool fits = __all_sync(0xffffffffu, big < 65504.f);  // (fmaxf skips NaN: a NaN u propagates)
-    uint32_t af[4] = {0u, 0u, 0u, 0u};
-    if (fits) {
-      af[0] = ptx::pack_f16(u[0][0], u[0][1]), af[1] = ptx::pack_f16(u[0][2], u[0][3]);
-      af[2] = ptx::pack_f16(u[1][0], u[1][1]), af[3] = ptx::pack_f16(u[1][2], u[1][3]);
-    }
-#pragma unroll
-    for (int i = 0; i < kTiles / 2; ++i) {
-      const float4 gm = View::gamma4(st, i, t4);
-      float(&s0)[4] = S[2 * i];
-      float(&s1)[4] = S[2 * i + 1];
-      s0[0] *= gm.x, s0[1] *= gm.y, s0[2] *= gm.x, s0[3] *= gm.y;
-      s1[0] *= gm.z, s1[1] *= gm.w, s1[2] *= gm.z, s1[3] *= gm.w;
-    }
-    wgmma::pin(af);
-    wgmma::pin(S);
-    wgmma::fence();
-    wgmma::m64n128k16(S, af, View::k_dec_desc(st));
-    wgmma::commit();
-    wgmma::wait_all();
-    wgmma::pin(S);
-    if (!fits) update_tf32<false>(st, S, ua);
-  }
-
-  // Step 4 with tf32 operands: U^T as permuted A fragments, k_dec pairs in the same permutation
-  // (kDecay: S is multiplied by gamma first; otherwise the caller did it).
-  template <bool kDecay>
+  // Step 4 with tf32 operands: U^T as permuted A fragments, k_dec pairs in the same permutation.
   __device__ void update_tf32(const Stage& st, float (&S)[kTiles][4], const float (&ua)[2][4]) const {
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
-      if constexpr (kDecay) {
-        const float2 gm = View::gamma(st, 8 * j + 2 * t4);
-        S[j][0] *= gm.x, S[j][1] *= gm.y, S[j][2] *= gm.x, S[j][3] *= gm.y;
-      }
+      const float2 gm = View::gamma(st, 8 * j + 2 * t4);
+      S[j][0] *= gm.x, S[j][1] *= gm.y, S[j][2] *= gm.x, S[j][3] *= gm.y;
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
         const float2 b = View::k_dec(st, 8 * j + g, 8 * kk + 2 * t4);
@@ -470,7 +370,7 @@ struct KdaConsumer {
       float(&s1)[4] = S[2 * i + 1];
       s0[0] *= gm.x, s0[1] *= gm.y, s0[2] *= gm.x, s0[3] *= gm.y;
       s1[0] *= gm.z, s1[1] *= gm.w, s1[2] *= gm.z, s1[3] *= gm.w;
-      const uint4 kd = View::k_dec_frag16(st, i, g, t4);
+      const uint4 kd = View::frag16(st, KdaPrepared::kKDec, i, lane);
       ptx::mma_f16(s0, af, kd.x, kd.y);
       ptx::mma_f16(s1, af, kd.z, kd.w);
     }

@@ -70,16 +70,17 @@ struct KdaDims {
 // stored without `scale` (any finite scale then fits); the consumers multiply it in. The 16 x 16
 // matrices and gamma stay fp32 (tf32-rounded like the fused kernel's stage).
 //
-// The fp16 tiles are laid out as wgmma's K-major "core matrices" (8 rows x 8 fp16, 128 contiguous
-// bytes; kda_fwd_consumer.cuh, common/wgmma.cuh): the consumers' B operands are read by the tensor
-// core straight from the copied chunk. The parts that produce no output read only the first
-// kOutputFree bytes.
+// The tiles are laid out in the order the consumers' fp16 MMA fragments (m16n8k16) take them:
+// lane l = 4 g + t of a warp reads 16-byte unit 32 i + l for step i, so a warp's fragment load is
+// 512 contiguous bytes (no bank conflicts) and one instruction. A word is a half2 of two adjacent
+// contraction indices (channels for k_tilde and q_hat, tokens for k_dec). The parts that produce
+// no output read only the first kOutputFree bytes.
 struct KdaPrepared {
-  // fp16 k_hat 2^{G_t}, (token n, channel c) at byte kq_byte(n, c): core matrix (c / 8, n / 8) at
-  // 256 (c / 8) + 128 (n / 8), row n % 8 of it. A 16-channel step of K is 512 contiguous bytes.
+  // fp16 words (token n, channel pair p = channels 2p, 2p + 1): unit (8 (p / 8) + n % 8) * 4 + p % 4,
+  // word 2 (n / 8) + (p % 8) / 4 of it: k_hat 2^{G_t}
   static constexpr int kKTilde = 0;
-  // fp16 k_hat_s 2^{G_last - G_s}, (channel c, token t) at k_dec_byte(c, t): core matrix
-  // (c / 8, t / 8) at 256 (c / 8) + 128 (t / 8), row c % 8 of it.
+  // fp16 words (channel c, token pair w = tokens 2w, 2w + 1) of k_hat_s 2^{G_last - G_s}:
+  // unit (8 (c / 16) + c % 8) * 4 + w % 4, word 2 ((c / 8) % 2) + w / 4 of it
   static constexpr int kKDec = 4096;
   // fp32 [16][16], element (t, s) at t * 16 + (s ^ 8 ((t / 2) % 2)): -(I + diag(beta) A)^{-1} diag(beta)
   static constexpr int kNegT = 8192;
@@ -90,11 +91,11 @@ struct KdaPrepared {
   static constexpr int kM = 13824;    // fp32, as -T: masked q_tilde k_bar^T (with scale)
   static constexpr int kBytes = 14848;
 
-  __host__ __device__ static constexpr int kq_byte(int n, int c) {
-    return 256 * (c >> 3) + 128 * (n >> 3) + 16 * (n & 7) + 2 * (c & 7);
+  __host__ __device__ static constexpr int kq_word(int n, int p) {
+    return ((8 * (p >> 3) + (n & 7)) * 4 + (p & 3)) * 4 + 2 * (n >> 3) + ((p >> 2) & 1);
   }
-  __host__ __device__ static constexpr int k_dec_byte(int c, int t) {
-    return 256 * (c >> 3) + 128 * (t >> 3) + 16 * (c & 7) + 2 * (t & 7);
+  __host__ __device__ static constexpr int k_dec_word(int c, int w) {
+    return ((8 * (c >> 4) + (c & 7)) * 4 + (w & 3)) * 4 + 2 * ((c >> 3) & 1) + (w >> 2);
   }
   __host__ __device__ static constexpr int gamma_word(int c) {
     return (4 * (c >> 4) + ((c & 7) >> 1)) * 4 + 2 * ((c >> 3) & 1) + (c & 1);

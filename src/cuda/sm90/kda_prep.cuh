@@ -29,14 +29,13 @@ struct WorkspaceSink {
     const bool odd = c & 1;
     const float k_other = __shfl_xor_sync(0xffffffffu, odd ? k[0] : k[1], 1);
     const float q_other = __shfl_xor_sync(0xffffffffu, odd ? q[0] : q[1], 1);
-    const int at = KdaPrepared::kq_byte(odd ? t + 8 : t, c & ~1);  // byte offset of the channel pair
+    const int at = 4 * KdaPrepared::kq_word(odd ? t + 8 : t, c >> 1);  // byte offset of the word
     *reinterpret_cast<__half2*>(dst + KdaPrepared::kKTilde + at) =
         odd ? __floats2half2_rn(k_other, k[1]) : __floats2half2_rn(k[0], k_other);
     *reinterpret_cast<__half2*>(dst + KdaPrepared::kQHat + at) =
         odd ? __floats2half2_rn(q_other * inv_scale, q[1] * inv_scale)
             : __floats2half2_rn(q[0] * inv_scale, q_other * inv_scale);
   }
-  // Channel c's 16 tokens: row c % 8 of two core matrices, 16 bytes each.
   __device__ void k_dec(int c, const float (&kd)[KdaDims::kChunk]) const {
     uint32_t h[KdaDims::kChunk / 2];
 #pragma unroll
@@ -44,9 +43,10 @@ struct WorkspaceSink {
       const __half2 x = __floats2half2_rn(kd[2 * w], kd[2 * w + 1]);
       h[w] = *reinterpret_cast<const uint32_t*>(&x);
     }
-    unsigned char* d = dst + KdaPrepared::kKDec;
-    *reinterpret_cast<uint4*>(d + KdaPrepared::k_dec_byte(c, 0)) = make_uint4(h[0], h[1], h[2], h[3]);
-    *reinterpret_cast<uint4*>(d + KdaPrepared::k_dec_byte(c, 8)) = make_uint4(h[4], h[5], h[6], h[7]);
+    // Token pairs w and w + 4 are adjacent words.
+    uint32_t* d = reinterpret_cast<uint32_t*>(dst + KdaPrepared::kKDec);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) *reinterpret_cast<uint2*>(d + KdaPrepared::k_dec_word(c, w)) = make_uint2(h[w], h[w + 4]);
   }
   __device__ void gamma(int c, float g) const {
     reinterpret_cast<float*>(dst + KdaPrepared::kGamma)[KdaPrepared::gamma_word(c)] = g;

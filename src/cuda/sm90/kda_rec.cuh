@@ -145,9 +145,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     }
   }
   __syncthreads();
-  // Consumers are warps 0 .. kConsumerWarps - 1 (whole warpgroups, for wgmma), the loader the last.
   const int warp = threadIdx.x >> 5;
-  if (warp >= Tr::kConsumerWarps) {
+  if (warp < Tr::kLoaderWarps) {
     const uint16_t* v_base = a.v + w.row * a.v_s[0] + w.begin * a.v_s[1] + int64_t(hv) * a.v_s[2] + io.row0;
     KdaLoader<Tr>{w,
                   io,
@@ -159,7 +158,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                   int(threadIdx.x & 31)}
         .run();
   } else {
-    KdaConsumer<Tr, PackedStageView<Tr>>(a, w, io, sm, warp, threadIdx.x & 31).run();
+    KdaConsumer<Tr, PackedStageView<Tr>>(a, w, io, sm, warp - Tr::kLoaderWarps, threadIdx.x & 31).run();
   }
 }
 

@@ -30,7 +30,8 @@ struct HostPlan {
   // kAuto on a packed batch whose pairs fill the GPU: the plan kernel looks at the lengths and
   // runs either the fused kernel or the split plan (both launched; the other returns at once).
   bool device_decides = false;
-  int64_t seg_chunks = 0;  // L
+  int64_t seg_chunks = 0;   // L
+  int64_t seg0_chunks = 0;  // L0: segment 0 (docs/kernel.md, "Plans")
   int64_t max_chunks = 0;  // bound on the sum of every sequence's chunks
   int64_t max_extra = 0;   // bound on the split segments beyond each sequence's first
   int prep_chunks = 4;     // chunks per preparation CTA
@@ -82,11 +83,21 @@ HostPlan make_plan(const FwdParams& p, int sm_count) {
       // m segments of one sequence make HV * (2m - 3) CTAs of 128 rows in pass 1 and HV * (m - 1)
       // parts in pass 3, run as 2 CTAs of 64 rows each: as many as fit one CTA per SM in both
       // (h4_64k: m = 17, 124 and 128 CTAs). Fewer than 3 segments gain nothing.
+      // Segment 0 is L0 = 3L/5 long: pass 1 runs it with output beside the other segments' R and P
+      // rows, which cost ~0.6 of it a chunk (H200), so the passes end together: longest = L0 +
+      // (m - 1) L.
       const int64_t m = std::min<int64_t>((sm_count / HV + 3) / 2, sm_count / (2 * HV) + 1);
-      if (m >= 3) h.seg_chunks = std::max(kMinSegmentChunks, ceil_div(longest, m));
+      if (m >= 3) h.seg_chunks = std::max(kMinSegmentChunks, ceil_div(5 * longest, 5 * m - 2));
     }
   }
-  if (h.seg_chunks < longest) h.max_extra = h.max_chunks / h.seg_chunks;
+  h.seg0_chunks = sm90::first_segment_chunks(h.seg_chunks);
+  if (h.seg0_chunks + h.seg_chunks < longest) {
+    // Extra segments of a split sequence of c chunks: ceil((c - L0) / L) <= (c + L - 1 - L0) / L,
+    // and at most max_chunks / (L0 + L + 1) sequences are split.
+    const int64_t L = h.seg_chunks, L0 = h.seg0_chunks;
+    h.max_extra = p.cu_seqlens ? (h.max_chunks + (h.max_chunks / (L0 + L + 1)) * std::max<int64_t>(0, L - 1 - L0)) / L
+                               : N * ceil_div(longest - L0, L);
+  }
   h.slices1 = slices_for((N + 2 * h.max_extra) * HV, sm_count);
   // Enough chunks per preparation CTA to amortise its start, few enough for two waves or more
   // (4 CTAs an SM).
@@ -129,6 +140,7 @@ sm90::PlanArgs plan_args(const HostPlan& h, const FwdParams& p) {
   const size_t per = size_t(h.max_extra) * HV * (kStateBytes / 4);
   a.seg_start = seg, a.seg_r = seg + per, a.seg_p = seg + 2 * per;
   a.seg_chunks = int(std::min<int64_t>(h.seg_chunks, INT32_MAX));
+  a.seg0_chunks = int(std::min<int64_t>(h.seg0_chunks, INT32_MAX));
   a.prep_chunks = h.prep_chunks;
   return a;
 }

@@ -7,8 +7,9 @@
 //
 //   chunks    ceil(len / 16)                 where its prepared chunks start in the workspace
 //   prep      ceil(chunks / prep_chunks)     preparation CTAs
-//   segments  ceil(chunks / L), or 1         a sequence of 2 segments is not split: it would gain
-//                                            nothing (segment 1 must wait for segment 0 either way)
+//   segments  1 + ceil((chunks - L0) / L),   segment 0 has L0 chunks, the others L; a sequence of 2
+//             or 1                           segments is not split: it would gain nothing (segment
+//                                            1 must wait for segment 0 either way)
 //   pass 1    1 (unsplit) or 1 + 2 (m - 2)   segment 0 from the true start state, and for each of
 //                                            segments 1 .. m-2 its zero-start rows R and transition
 //                                            rows P (the last segment needs neither)
@@ -40,6 +41,16 @@ struct SeqTable {
 };
 constexpr int kSeqTableSums = 6;  // chunk, prep, extra, p1, p3, split
 
+// Segment 0 of a split sequence is shorter than the others: pass 1 runs it with output while the
+// other parts only advance rows (~0.6 of its cost a chunk, measured on the H200), so L0 = 3L/5
+// makes them end together. Segment j >= 1 covers chunks [L0 + (j - 1) L, L0 + j L).
+__host__ __device__ constexpr int64_t first_segment_chunks(int64_t L) { return L > 1 ? (3 * L + 2) / 5 : 1; }
+
+// Segments of a sequence of `chunks` chunks: 1 (not split) unless it has at least three.
+__host__ __device__ constexpr int64_t segment_count(int64_t chunks, int64_t L, int64_t L0) {
+  return chunks > L0 + L ? 1 + (chunks - L0 + L - 1) / L : 1;
+}
+
 struct PlanArgs {
   SeqTable seq;
   unsigned char* prepared;  // [chunk slot][HV][KdaPrepared::kBytes]
@@ -49,6 +60,7 @@ struct PlanArgs {
   int* device_plan;         // with KdaFwdArgs::device_plan: the plan kernel writes 1 (fused) or 0
   int sm_count;
   int seg_chunks;   // L; a value >= every sequence's chunk count means no split
+  int seg0_chunks;  // L0 = first_segment_chunks(L) <= L: segment 0 of a split sequence
   int prep_chunks;  // consecutive chunks one preparation CTA prepares
   int slices;       // CTAs sharing the 128 rows of one part in this launch
 };

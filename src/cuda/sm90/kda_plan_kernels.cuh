@@ -70,8 +70,7 @@ __global__ void __launch_bounds__(1024)
       p.seq.zero_init[n] = a.has_initial_state != nullptr && a.has_initial_state[n] == 0;
       const int64_t chunks = (len + C - 1) / C;
       atomicMax(&longest, static_cast<unsigned long long>(chunks));
-      int64_t segs = chunks > p.seg_chunks ? (chunks + p.seg_chunks - 1) / p.seg_chunks : 1;
-      if (segs == 2) segs = 1;
+      const int64_t segs = segment_count(chunks, p.seg_chunks, p.seg0_chunks);
       v[0] = chunks;
       v[1] = (chunks + p.prep_chunks - 1) / p.prep_chunks;
       v[2] = segs - 1;

@@ -64,7 +64,7 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
                                             int64_t local, int rows) {
   constexpr int C = KdaDims::kChunk;
   const int n = w.seq;
-  const int64_t nc = (w.len + C - 1) / C, L = p.seg_chunks;
+  const int64_t nc = (w.len + C - 1) / C, L = p.seg_chunks, L0 = p.seg0_chunks;
   const int64_t e0 = p.seq.extra_off[n];
   const int segs = int(p.seq.extra_off[n + 1] - e0) + 1;
   RowsIO io;
@@ -85,7 +85,7 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
   };
   if (pass == 1 && local == 0) {  // segment 0 (or the whole sequence) from its true start
     io.chunk0 = 0;
-    io.nchunks = int(segs == 1 ? nc : L);
+    io.nchunks = int(segs == 1 ? nc : L0);
     io.init = (a.initial_state != nullptr && !w.zero_init) ? a.initial_state : nullptr;
     io.init_fp32 = a.initial_fp32;
     io.init_offset = own;
@@ -97,7 +97,7 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
   } else if (pass == 1) {  // segment j's R (from zeros) or P (from I, v = 0)
     const int j = 1 + int(local - 1) / 2;
     const bool transition = (local - 1) % 2 == 1;
-    io.chunk0 = int(j * L);
+    io.chunk0 = int(L0 + (j - 1) * L);
     io.nchunks = int(L);
     io.init = nullptr;
     io.init_fp32 = true;
@@ -108,8 +108,8 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
     segment_rows(transition ? p.seg_p : p.seg_r, e0 + j - 1, io.dst, io.dst_offset, io.dst_fp32);
   } else {  // pass 3: segment j from S_j
     const int j = 1 + int(local);
-    io.chunk0 = int(j * L);
-    io.nchunks = int(min(L, nc - j * L));
+    io.chunk0 = int(L0 + (j - 1) * L);
+    io.nchunks = int(min(L, nc - io.chunk0));
     void* init = nullptr;
     segment_rows(p.seg_start, e0 + j - 1, init, io.init_offset, io.init_fp32);
     io.init = init;

@@ -4,16 +4,16 @@
 #
 # The commit is flash-kda's own: `git rev-parse HEAD` in the source folder, only when that folder is
 # the top of its git checkout (a source tree unpacked inside some other repository gets none of
-# that repository's commits). Without one, the environment variable FLASH_KDA_COMMIT at build time
-# gives it (e.g. `FLASH_KDA_COMMIT=$(git rev-parse HEAD) pip install .` from a copy without .git);
-# else it is None ("unknown" in the results). `pip install .` configures again on every build, so a
+# that repository's commits). The environment variable FLASH_KDA_COMMIT at build time overrides it
+# (e.g. `FLASH_KDA_COMMIT=$(git rev-parse HEAD) pip install .` from a copy without .git, or whose
+# .git is older than its files); with neither it is None ("unknown" in the results). `pip install .` configures again on every build, so a
 # reinstall after a commit records the new one.
 function(flash_kda_build_info out_file)
   set(commit "")
   set(dirty "None")
   set(source "")
   find_package(Git QUIET)
-  if(GIT_FOUND)
+  if(GIT_FOUND AND "$ENV{FLASH_KDA_COMMIT}" STREQUAL "")
     execute_process(COMMAND "${GIT_EXECUTABLE}" rev-parse --show-toplevel
                     WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}" RESULT_VARIABLE rc OUTPUT_VARIABLE top
                     OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
@@ -39,7 +39,7 @@ function(flash_kda_build_info out_file)
       endif()
     endif()
   endif()
-  if(commit STREQUAL "" AND NOT "$ENV{FLASH_KDA_COMMIT}" STREQUAL "")
+  if(NOT "$ENV{FLASH_KDA_COMMIT}" STREQUAL "")
     set(commit "$ENV{FLASH_KDA_COMMIT}")
     set(source "FLASH_KDA_COMMIT")
     if(NOT commit MATCHES "^[0-9A-Za-z._+-]+$")

@@ -43,13 +43,10 @@ struct HostPlan {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The largest power of two s <= 8 with parts * s CTAs fitting one per SM (at least 1).
-// CTAs sharing the 128 rows of a part: the most whose CTAs all fit at once (KdaRecTraits: one CTA
-// an SM with 128, 32 or 16 rows, three with 64).
 int slices_for(int64_t parts, int sm_count) {
-  if (parts * 8 <= sm_count) return 8;
-  if (parts * 4 <= sm_count) return 4;
-  if (parts * 2 <= 3 * int64_t(sm_count)) return 2;
-  return 1;
+  int s = 1;
+  while (s < 8 && parts * s * 2 <= sm_count) s *= 2;
+  return s;
 }
 
 HostPlan make_plan(const FwdParams& p, int sm_count) {
@@ -83,14 +80,13 @@ HostPlan make_plan(const FwdParams& p, int sm_count) {
     if (p.segment_chunks > 0) {
       h.seg_chunks = p.segment_chunks;
     } else {
-      // m segments of one sequence make HV * (2m - 3) parts of 128 rows in pass 1 and HV * (m - 1)
-      // in pass 3, each run as 2 CTAs of 64 rows, three CTAs an SM: as many as fit at once in both
-      // (h4_64k: m = 25, 188 and 96 parts; 396 CTAs fit). Fewer than 3 segments gain nothing.
+      // m segments of one sequence make HV * (2m - 3) CTAs of 128 rows in pass 1 and HV * (m - 1)
+      // parts in pass 3, run as 2 CTAs of 64 rows each: as many as fit one CTA per SM in both
+      // (h4_64k: m = 17, 124 and 128 CTAs). Fewer than 3 segments gain nothing.
       // Segment 0 is L0 = 3L/5 long: pass 1 runs it with output beside the other segments' R and P
       // rows, which cost ~0.6 of it a chunk (H200), so the passes end together: longest = L0 +
       // (m - 1) L.
-      const int64_t parts = 3 * int64_t(sm_count) / 2 / HV;  // parts of 128 rows that fit at once, per head
-      const int64_t m = std::min<int64_t>((parts + 3) / 2, parts + 1);
+      const int64_t m = std::min<int64_t>((sm_count / HV + 3) / 2, sm_count / (2 * HV) + 1);
       if (m >= 3) h.seg_chunks = std::max(kMinSegmentChunks, ceil_div(5 * longest, 5 * m - 2));
     }
   }
@@ -102,9 +98,7 @@ HostPlan make_plan(const FwdParams& p, int sm_count) {
     h.max_extra = p.cu_seqlens ? (h.max_chunks + (h.max_chunks / (L0 + L + 1)) * std::max<int64_t>(0, L - 1 - L0)) / L
                                : N * ceil_div(longest - L0, L);
   }
-  // Pass-1 parts: 1 + 2 (segs - 2) per split sequence; exact for fixed batches, a bound with cu_seqlens.
-  const int64_t p1_parts = p.cu_seqlens || h.max_extra == 0 ? N + 2 * h.max_extra : N * (2 * (h.max_extra / N) - 1);
-  h.slices1 = slices_for(p1_parts * HV, sm_count);
+  h.slices1 = slices_for((N + 2 * h.max_extra) * HV, sm_count);
   // Enough chunks per preparation CTA to amortise its start, few enough for two waves or more
   // (4 CTAs an SM).
   const int64_t per_wave = int64_t(sm_count) * sm90::KdaPrepTraits::kCtasPerSm;

@@ -119,12 +119,7 @@ struct PackedStageView {
   }
 };
 
-// What a consumer does after releasing chunk i (the recurrence kernel's warp 0 refills the ring).
-struct NoRefill {
-  __device__ void operator()(int) const {}
-};
-
-template <class Tr, class View, class Refill = NoRefill>
+template <class Tr, class View>
 struct KdaConsumer {
   using Stage = typename Tr::Stage;
   static constexpr int C = Tr::kChunk;
@@ -136,13 +131,10 @@ struct KdaConsumer {
   const RowsIO& io;
   typename Tr::Smem& sm;
   int cwarp, lane, g, t4;
-  Refill refill;
-  bool refills;  // this warp runs `refill` after each chunk
 
   __device__ KdaConsumer(const KdaFwdArgs& args, const WorkUnit& work, const RowsIO& rows, typename Tr::Smem& smem,
-                         int warp, int ln, Refill refill_after = {}, bool does_refill = false)
-      : a(args), w(work), io(rows), sm(smem), cwarp(warp), lane(ln), g(ln >> 2), t4(ln & 3), refill(refill_after),
-        refills(does_refill) {}
+                         int warp, int ln)
+      : a(args), w(work), io(rows), sm(smem), cwarp(warp), lane(ln), g(ln >> 2), t4(ln & 3) {}
 
   __device__ void load_state(float (&S)[kTiles][4]) const {
     if (io.init == nullptr) {
@@ -264,7 +256,6 @@ struct KdaConsumer {
       if constexpr (View::kHalfProducts) done = update_f16(st, S, u);
       if (!done) update_tf32(st, S, ua);
       View::release(sm, i, nchunks, lane);
-      if (refills) refill(i);
 
       if constexpr (kOut) store_output(xq, io.chunk0 + i);
     }

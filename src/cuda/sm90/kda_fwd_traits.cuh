@@ -201,25 +201,22 @@ struct KdaPrepTraits : KdaDims {
   static constexpr int kSmemBytes = sizeof(Smem);
 };
 
-// The recurrence kernel of the prepared plans: consumer warp 0 also copies prepared chunks from
-// the workspace into a ring of shared-memory stages with bulk copies (mbarrier hand-offs); the
-// consumers read them in place (fp16 tiles, kda_fwd_consumer.cuh).
+// The recurrence kernel of the prepared plans: one loader warp copies prepared chunks from the
+// workspace into a ring of shared-memory stages with bulk copies (mbarrier hand-offs); the
+// consumers read them in place (fp16 tiles converted as they load their fragments).
 template <int kConsumerWarps_>
 struct KdaRecTraits : KdaDims {
   static constexpr int kConsumerWarps = kConsumerWarps_;
   static constexpr int kVRows = 16 * kConsumerWarps;
-  static constexpr int kThreads = 32 * kConsumerWarps;
+  static constexpr int kLoaderWarps = 1;
+  static constexpr int kThreads = 32 * (kLoaderWarps + kConsumerWarps);
   struct Stage {
     alignas(16) unsigned char prepared[KdaPrepared::kBytes];
     uint16_t v[kChunk][kVRows];  // this CTA's v columns, as stored (bf16)
   };
-  // CTAs an SM: with 64 rows three, i.e. 12 consumer warps an SM, the most the register file
-  // holds at the consumer's ~166 registers a thread (3 warps a scheduler); otherwise one.
-  static constexpr int kCtasPerSm = kConsumerWarps == 4 ? 3 : 1;
-  // A consumer step is ~1 us and a load from HBM 1-2 us: as many chunks in flight as a CTA's share
-  // of ~208 KB holds (11 with 128 rows, 4 with 64 rows at three CTAs an SM, 14 with 16 rows).
-  static constexpr int kStageBudget = (208 * 1024) / kCtasPerSm;
-  static constexpr int kStages = int(kStageBudget / sizeof(Stage)) < 16 ? int(kStageBudget / sizeof(Stage)) : 16;
+  // A consumer step is ~1 us and a load from HBM 1-2 us: as many chunks in flight as ~208 KB
+  // hold (11 with 128 rows, 14 with 16).
+  static constexpr int kStages = int((208 * 1024) / sizeof(Stage)) < 16 ? int((208 * 1024) / sizeof(Stage)) : 16;
   struct Smem {
     Stage stage[kStages];
     uint64_t full[kStages];   // the loader's copies landed (its 32 lanes' arrivals + transaction bytes)

@@ -117,17 +117,16 @@ __device__ __forceinline__ WorkUnit table_unit(const KdaFwdArgs& a, const SeqTab
 // fetched while step j computes.
 struct ChainTraits {
   static constexpr int kRows = 8;       // state rows per CTA
-  static constexpr int kThreads = 256;  // thread t: column t % 128 of the CTA's rows, half t / 128 of each tile's k
+  static constexpr int kThreads = 128;  // thread c: column c of the CTA's rows
   static constexpr int kTileK = 16;     // rows of P per streamed tile
   static constexpr int kRing = 6;       // tiles in flight
   struct Smem {
     float p[kRing][kTileK][KdaDims::kDim];  // P_j streamed in k tiles (8 KB each)
     float r[kRows][KdaDims::kDim];          // this CTA's rows of R_j
     float s_t[KdaDims::kDim][kRows];        // the current rows, transposed: s_t[k][row]
-    float half_sum[KdaDims::kDim][kRows];   // the second k half's partial sums at a step's end
     int seq;
   };
-  static constexpr int kSmemBytes = sizeof(Smem);  // ~60 KB: three CTAs an SM
+  static constexpr int kSmemBytes = sizeof(Smem);  // ~56 KB: four CTAs an SM
 };
 
 }  // namespace flash_kda::cuda::sm90

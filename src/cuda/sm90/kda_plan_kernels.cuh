@@ -126,8 +126,7 @@ __global__ void __launch_bounds__(ChainTraits::kThreads)
   // also brings this CTA's rows of R_j (read only at that tile, before the next step's arrive).
   constexpr int kTileK = ChainTraits::kTileK, kTiles = D / kTileK, kRing = ChainTraits::kRing;
   static_assert(kRing - 1 < kTiles, "R_{j+1} must not land before every thread has read R_j");
-  static_assert(kT == 2 * D && R == 8, "two threads a column (halves of k), eight rows");
-  const int col = tid % D, khalf = tid / D;
+  static_assert(kT == D && R == 8, "one thread a column, eight rows");
   const int steps = segs - 2;
   const int tiles = steps > 0 ? steps * kTiles : 0;
   auto fetch = [&](int q) {
@@ -156,42 +155,30 @@ __global__ void __launch_bounds__(ChainTraits::kThreads)
     __syncthreads();  // tile q (and R_j with the first tile) visible
     if (kt == 0) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) acc[r] = khalf == 0 ? sm.r[r][col] : 0.f;
+      for (int r = 0; r < R; ++r) acc[r] = sm.r[r][tid];
     }
     const float(*pt)[D] = sm.p[q % kRing];
-    // Column col of this thread's half of the tile's rows, and the CTA's rows of S at those k
-    // (broadcasts): all loads first, then the FMAs (independent per row).
-    constexpr int kHalf = kTileK / 2;
-    float pk[kHalf];
+    // Column tid of the tile's rows, and the CTA's rows of S at the tile's k (broadcasts): all
+    // loads of the tile first, then the FMAs (independent per row).
+    float pk[kTileK];
 #pragma unroll
-    for (int k = 0; k < kHalf; ++k) pk[k] = pt[khalf * kHalf + k][col];
+    for (int k = 0; k < kTileK; ++k) pk[k] = pt[k][tid];
 #pragma unroll
-    for (int k = 0; k < kHalf; ++k) {
-      const int kk = kt * kTileK + khalf * kHalf + k;
-      const float4 s0 = *reinterpret_cast<const float4*>(&sm.s_t[kk][0]);
-      const float4 s1 = *reinterpret_cast<const float4*>(&sm.s_t[kk][4]);
+    for (int k = 0; k < kTileK; ++k) {
+      const float4 s0 = *reinterpret_cast<const float4*>(&sm.s_t[kt * kTileK + k][0]);
+      const float4 s1 = *reinterpret_cast<const float4*>(&sm.s_t[kt * kTileK + k][4]);
       acc[0] = fmaf(s0.x, pk[k], acc[0]), acc[1] = fmaf(s0.y, pk[k], acc[1]);
       acc[2] = fmaf(s0.z, pk[k], acc[2]), acc[3] = fmaf(s0.w, pk[k], acc[3]);
       acc[4] = fmaf(s1.x, pk[k], acc[4]), acc[5] = fmaf(s1.y, pk[k], acc[5]);
       acc[6] = fmaf(s1.z, pk[k], acc[6]), acc[7] = fmaf(s1.w, pk[k], acc[7]);
     }
-    if (kt == kTiles - 1 && khalf == 1) {  // the second half's sums, for the first to add
-      *reinterpret_cast<float4*>(&sm.half_sum[col][0]) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-      *reinterpret_cast<float4*>(&sm.half_sum[col][4]) = make_float4(acc[4], acc[5], acc[6], acc[7]);
-    }
     __syncthreads();  // every thread is done with tile q's slot (and, at a step's end, the rows)
-    if (kt == kTiles - 1) {  // S_{j+1} = S_j P_j + R_j complete: the first half adds the second's
-      if (khalf == 0) {
-        const float4 h0 = *reinterpret_cast<const float4*>(&sm.half_sum[col][0]);
-        const float4 h1 = *reinterpret_cast<const float4*>(&sm.half_sum[col][4]);
-        acc[0] += h0.x, acc[1] += h0.y, acc[2] += h0.z, acc[3] += h0.w;
-        acc[4] += h1.x, acc[5] += h1.y, acc[6] += h1.z, acc[7] += h1.w;
-        float* out = const_cast<float*>(at(p.seg_start, e0 + j, row0));
-        *reinterpret_cast<float4*>(&sm.s_t[col][0]) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-        *reinterpret_cast<float4*>(&sm.s_t[col][4]) = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    if (kt == kTiles - 1) {  // S_{j+1} = S_j P_j + R_j complete
+      float* out = const_cast<float*>(at(p.seg_start, e0 + j, row0));
+      *reinterpret_cast<float4*>(&sm.s_t[tid][0]) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      *reinterpret_cast<float4*>(&sm.s_t[tid][4]) = make_float4(acc[4], acc[5], acc[6], acc[7]);
 #pragma unroll
-        for (int r = 0; r < R; ++r) out[r * D + col] = acc[r];
-      }
+      for (int r = 0; r < R; ++r) out[r * D + tid] = acc[r];
     }
   }
   ptx::cp_async_wait<0>();

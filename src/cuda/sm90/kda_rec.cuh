@@ -2,12 +2,12 @@
 // A part is what kda_plan.cuh lists: a sequence's real rows over a chunk range (written out, from
 // the true start state), or a segment's zero-start rows R or transition rows P (pass 1 of a split).
 //
+//   loader (one warp)   bulk-copies each prepared chunk (KdaPrepared) and this slice's v columns
+//                       from global memory into a ring of kStages shared-memory stages, up to
+//                       kStages chunks ahead (mbarriers: FULL counts the bytes, EMPTY the
+//                       consumer warps that released a stage)
 //   consumers           the fused kernel's (kda_fwd_consumer.cuh) reading the copied chunk in place
-//                       (PackedStageView), on the RowsIO of the part: every warp of the CTA
-//   loading             consumer warp 0 also bulk-copies each prepared chunk (KdaPrepared) and this
-//                       slice's v columns from global memory into a ring of kStages shared-memory
-//                       stages, kStages - 1 chunks ahead (mbarriers: FULL counts the bytes, EMPTY
-//                       the consumer warps that released a stage)
+//                       (PackedStageView), on the RowsIO of the part
 #pragma once
 
 #include "../common/bulk_copy.cuh"
@@ -31,40 +31,31 @@ struct KdaLoader {
   int64_t v_token_stride;     // elements between tokens of v
   int lane;
 
-  // Chunk i into stage i % kStages, once the consumers released the chunk before it there: lane 0
-  // announces the bytes and copies the prepared chunk (the parts without output only its first
-  // kOutputFree bytes); lane t copies v row t, or zeroes it past the end of the sequence (the delta
-  // rule then sees v = 0 for a token whose beta is 0: no NaN can come from stale shared memory).
-  // Every lane arrives on FULL (its count is 32), which releases its own zeroing stores to the
-  // consumers. Called by the 32 lanes of consumer warp 0 (no warp of its own: kda_rec_kernel).
-  __device__ void issue(int i) const {
-    if (i >= io.nchunks) return;
+  // Chunk i into stage i % kStages once the consumers released it: lane 0 announces the bytes and
+  // copies the prepared chunk (the parts without output only its first kOutputFree bytes); lane t
+  // copies v row t, or zeroes it past the end of the sequence (the delta rule then sees v = 0 for
+  // a token whose beta is 0: no NaN can come from stale shared memory). Every lane arrives on FULL
+  // (its count is 32), which releases its own zeroing stores to the consumers.
+  __device__ void run() {
     const uint32_t prepared_bytes = io.write_out ? KdaPrepared::kBytes : KdaPrepared::kOutputFree;
-    const int s = i % Tr::kStages;
-    if (i >= Tr::kStages) mbarrier_wait(&sm.empty[s], ((i / Tr::kStages) - 1) & 1);
-    auto& st = sm.stage[s];
-    const int64_t tok0 = int64_t(io.chunk0 + i) * C;
-    const int valid = io.has_v ? int(min(int64_t(C), w.len - tok0)) : 0;
-    if (io.has_v && lane >= valid && lane < C) {
-      uint4* row = reinterpret_cast<uint4*>(&st.v[lane][0]);
-      for (int x = 0; x < kVRowBytes / 16; ++x) row[x] = make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < io.nchunks; ++i) {
+      const int s = i % Tr::kStages;
+      if (i >= Tr::kStages) mbarrier_wait(&sm.empty[s], ((i / Tr::kStages) - 1) & 1);
+      auto& st = sm.stage[s];
+      const int64_t tok0 = int64_t(io.chunk0 + i) * C;
+      const int valid = io.has_v ? int(min(int64_t(C), w.len - tok0)) : 0;
+      if (io.has_v && lane >= valid && lane < C) {
+        uint4* row = reinterpret_cast<uint4*>(&st.v[lane][0]);
+        for (int x = 0; x < kVRowBytes / 16; ++x) row[x] = make_uint4(0, 0, 0, 0);
+      }
+      if (lane == 0) {
+        mbarrier_arrive_expect_tx(&sm.full[s], prepared_bytes + uint32_t(valid) * kVRowBytes);
+        bulk_copy_g2s(st.prepared, src0 + i * stride, prepared_bytes, &sm.full[s]);
+      } else {
+        mbarrier_arrive(&sm.full[s]);
+      }
+      if (lane < valid) bulk_copy_g2s(&st.v[lane][0], v_base + (tok0 + lane) * v_token_stride, kVRowBytes, &sm.full[s]);
     }
-    if (lane == 0) {
-      mbarrier_arrive_expect_tx(&sm.full[s], prepared_bytes + uint32_t(valid) * kVRowBytes);
-      bulk_copy_g2s(st.prepared, src0 + i * stride, prepared_bytes, &sm.full[s]);
-    } else {
-      mbarrier_arrive(&sm.full[s]);
-    }
-    if (lane < valid) bulk_copy_g2s(&st.v[lane][0], v_base + (tok0 + lane) * v_token_stride, kVRowBytes, &sm.full[s]);
-  }
-  // The ring's first kStages chunks, before the consumers start.
-  __device__ void prologue() const {
-    for (int i = 0; i < Tr::kStages; ++i) issue(i);
-  }
-  // After consumer warp 0 released chunk i: chunk i + kStages - 1 takes the stage of chunk i - 1,
-  // which every warp has usually released by then (one chunk of slack before the wait blocks).
-  __device__ void operator()(int i) const {
-    if (i >= 1) issue(i + Tr::kStages - 1);
   }
 };
 
@@ -134,7 +125,7 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
 }
 
 template <class Tr>
-__global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
+__global__ void __launch_bounds__(Tr::kThreads, 1)
     kda_rec_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p, int pass) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   auto& sm = *reinterpret_cast<typename Tr::Smem*>(smem_bytes);
@@ -149,25 +140,26 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
   const RowsIO io = part_rows(a, p, w, pass, local, Tr::kVRows);
   if (threadIdx.x == 0) {
     for (int s = 0; s < Tr::kStages; ++s) {
-      mbarrier_init(&sm.full[s], 32);  // every lane of warp 0
+      mbarrier_init(&sm.full[s], 32);  // every loader lane
       mbarrier_init(&sm.empty[s], Tr::kConsumerWarps);
     }
   }
   __syncthreads();
-  // Every warp is a consumer (whole warps of rows, no register file spent on a loader warp); warp 0
-  // also keeps the ring filled between its chunks.
   const int warp = threadIdx.x >> 5;
-  const uint16_t* v_base = a.v + w.row * a.v_s[0] + w.begin * a.v_s[1] + int64_t(hv) * a.v_s[2] + io.row0;
-  const KdaLoader<Tr> loader{w,
-                             io,
-                             sm,
-                             prepared_chunk(p, a.heads_v, n, hv, io.chunk0),
-                             int64_t(a.heads_v) * KdaPrepared::kBytes,
-                             v_base,
-                             a.v_s[1],
-                             int(threadIdx.x & 31)};
-  if (warp == 0) loader.prologue();
-  KdaConsumer<Tr, PackedStageView<Tr>, KdaLoader<Tr>>(a, w, io, sm, warp, threadIdx.x & 31, loader, warp == 0).run();
+  if (warp < Tr::kLoaderWarps) {
+    const uint16_t* v_base = a.v + w.row * a.v_s[0] + w.begin * a.v_s[1] + int64_t(hv) * a.v_s[2] + io.row0;
+    KdaLoader<Tr>{w,
+                  io,
+                  sm,
+                  prepared_chunk(p, a.heads_v, n, hv, io.chunk0),
+                  int64_t(a.heads_v) * KdaPrepared::kBytes,
+                  v_base,
+                  a.v_s[1],
+                  int(threadIdx.x & 31)}
+        .run();
+  } else {
+    KdaConsumer<Tr, PackedStageView<Tr>>(a, w, io, sm, warp - Tr::kLoaderWarps, threadIdx.x & 31).run();
+  }
 }
 
 }  // namespace flash_kda::cuda::sm90

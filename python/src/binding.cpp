@@ -419,7 +419,8 @@ NB_MODULE(_C, m) {
 
   auto meta = [](const char* name) { return nb::arg(name).none() = nb::none(); };
   m.def("check_fwd", &check_fwd, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"), nb::arg("beta"),
-        nb::arg("scale").none(), nb::arg("out"), nb::arg("A_log"), nb::arg("dt_bias"), nb::arg("lower_bound").none(),
+        nb::arg("scale").none(), nb::arg("out"), nb::arg("A_log").none(), nb::arg("dt_bias"),
+        nb::arg("lower_bound").none(),
         meta("initial_state"), meta("final_state"), meta("cu_seqlens"), meta("cu_seqlens_cpu"), meta("state_indices"),
         meta("has_initial_state"), meta("checkpoint_state"), meta("checkpoint_indices"), meta("checkpoint_start"),
         nb::kw_only(), nb::arg("checkpoint_interval").none() = nb::none(), nb::arg("backend") = "auto",
@@ -427,7 +428,8 @@ NB_MODULE(_C, m) {
         "Every check of fwd that needs no data, on tensor descriptions (dtype, shape, strides, device type, "
         "device index) or None: what torch's fake implementations run.");
   m.def("check_decode", &check_decode, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"), nb::arg("beta"),
-        nb::arg("scale").none(), nb::arg("out"), nb::arg("A_log"), nb::arg("dt_bias"), nb::arg("lower_bound").none(),
+        nb::arg("scale").none(), nb::arg("out"), nb::arg("A_log").none(), nb::arg("dt_bias"),
+        nb::arg("lower_bound").none(),
         nb::arg("state"), nb::arg("state_indices"), meta("num_accepted_tokens"), meta("cu_seqlens"),
         meta("cu_seqlens_cpu"), nb::kw_only(), nb::arg("backend") = "auto", nb::arg("allow_neg_eigval") = false,
         "Every check of decode that needs no data (as check_fwd).");

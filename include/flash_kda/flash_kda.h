@@ -13,7 +13,7 @@
 //   g           bf16 [B, T, HV, K]    raw gate
 //   beta        bf16 [B, T, HV]       beta logits
 //   out         bf16 [B, T, HV, V]    written
-//   A_log       fp32 [HV]
+//   A_log       fp32 [HV] (may be null with GateForm::kSigmoid: a rate of 1)
 //   dt_bias     fp32 [HV * K]
 //   initial_state / final_state: bf16 or fp32 [N, HV, V, K], contiguous, V-first layout
 //   cu_seqlens  int64 or int32 [N + 1] (requires B == 1), else N = B
@@ -43,6 +43,17 @@ enum class FwdPlan : int {
   kFused,     // one kernel: every CTA prepares its chunks itself (best when (sequence, head) pairs fill the GPU)
   kPrepared,  // a chunk-parallel preparation pass into the workspace, then the recurrence walks each sequence
   kSplit,     // as kPrepared, and sequences longer than segment_chunks chunks run as parallel segments
+};
+
+// The form of the per-channel gate a_t (docs/spec.md, "Gate forms"); fla's vocabulary in brackets.
+// kSigmoid is the default and the only form the CUDA backend runs today (the others: kUnsupported).
+enum class GateForm : int {
+  // a = lower_bound · sigmoid(exp(A_log) · (g + dt_bias)), -5 <= lower_bound < 0 [safe gate with a
+  // lower_bound]; with A_log null the rate is 1: a = lower_bound · sigmoid(g + dt_bias).
+  kSigmoid = 0,
+  // a = −exp(A_log) · softplus(g + dt_bias), no floor [lower_bound=None: Kimi-Linear-48B's gate]; a
+  // token may decay a channel to exactly 0. A_log is required; lower_bound is ignored.
+  kSoftplus,
 };
 
 // Where the tensors live and which implementation computes the result.
@@ -94,10 +105,14 @@ struct ProblemParams {
   const void* v = nullptr;
   const void* g = nullptr;
   const void* beta = nullptr;
-  const float* A_log = nullptr;    // fp32 [HV]
+  const float* A_log = nullptr;    // fp32 [HV]; null only with GateForm::kSigmoid (rate 1)
   const float* dt_bias = nullptr;  // fp32 [HV * K]
   float scale = 0.0f;              // output scale, usually K^-0.5
-  float lower_bound = -5.0f;       // gate floor, -5 <= lower_bound < 0
+  float lower_bound = -5.0f;       // gate floor, -5 <= lower_bound < 0 (GateForm::kSigmoid; else unused)
+  GateForm gate = GateForm::kSigmoid;  // the gate's form (CUDA: kSigmoid with A_log only, for now)
+  // beta = 2 · sigmoid(logit) instead of sigmoid(logit): the transition I − beta k kᵀ may have the
+  // negative eigenvalue 1 − beta (fla's allow_neg_eigval). CUDA: not yet (kUnsupported).
+  bool allow_neg_eigval = false;
 
   // ---- output ----
   void* out = nullptr;

@@ -28,12 +28,14 @@ def decode(
     num_accepted_tokens=None,
     cu_seqlens=None,
     backend=None,
+    allow_neg_eigval=False,
 ):
     """One decode step (1 to 8 tokens per sequence) on a state pool: writes ``out`` and the pool
     slots in place and returns None.
 
-    q, k, v, g, beta, out, A_log, dt_bias, scale, lower_bound and cu_seqlens are as for
-    :func:`flash_kda.fwd`, with T <= 8 tokens per sequence (every sequence of ``cu_seqlens`` at most
+    q, k, v, g, beta, out, A_log, dt_bias, scale, lower_bound, cu_seqlens and allow_neg_eigval are as
+    for :func:`flash_kda.fwd` (``lower_bound=None``: the softplus gate; ``A_log=None`` with a
+    lower_bound: rate 1; CPU backends only for now), with T <= 8 tokens per sequence (every sequence of ``cu_seqlens`` at most
     8). The recurrent state lives in a pool:
 
     ===================  =========  ==================================================
@@ -66,8 +68,8 @@ def decode(
         from . import torch_ops  # registers the operators; a plain import, which torch.compile traces
 
         torch_ops.decode_op(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state,
-                            state_indices, num_accepted_tokens, cu_seqlens, backend)
+                            state_indices, num_accepted_tokens, cu_seqlens, backend, allow_neg_eigval)
         return None
     _eager.decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
-                  num_accepted_tokens, cu_seqlens, backend)
+                  num_accepted_tokens, cu_seqlens, backend, allow_neg_eigval)
     return None

@@ -57,7 +57,8 @@ def _cuda_route(q):
 
 def fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state=None, final_state=None,
         cu_seqlens=None, cu_seqlens_cpu=None, state_indices=None, has_initial_state=None, backend=None,
-        checkpoint_interval=None, checkpoint_state=None, checkpoint_indices=None, checkpoint_start=None):
+        checkpoint_interval=None, checkpoint_state=None, checkpoint_indices=None, checkpoint_start=None,
+        allow_neg_eigval=False):
     cuda = _cuda_route(q)
     stream, allocate = 0, None
     if cuda is not None:
@@ -71,11 +72,11 @@ def fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state
     _C.fwd(a[0], a[1], a[2], a[3], a[4], scale, a[5], a[6], a[7], lower_bound, a[10], a[11], a[8], a[9],
            a[12], a[13], a[14], a[15], a[16], checkpoint_interval=checkpoint_interval,
            backend=backend_name(backend), stream=stream, bf16_bits=bf16_bits, read_only=read_only,
-           allocate=allocate)
+           allocate=allocate, allow_neg_eigval=bool(allow_neg_eigval))
 
 
 def decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
-           num_accepted_tokens=None, cu_seqlens=None, backend=None):
+           num_accepted_tokens=None, cu_seqlens=None, backend=None, allow_neg_eigval=False):
     cuda = _cuda_route(q)
     stream, cu_seqlens_cpu = 0, None
     if cuda is not None:
@@ -86,4 +87,4 @@ def decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, sta
         num_accepted_tokens))
     _C.decode(a[0], a[1], a[2], a[3], a[4], scale, a[5], a[6], a[7], lower_bound, a[10], a[12], a[13],
               a[8], a[9], backend=backend_name(backend), stream=stream, bf16_bits=bf16_bits,
-              read_only=read_only)
+              read_only=read_only, allow_neg_eigval=bool(allow_neg_eigval))

@@ -44,6 +44,7 @@ def fwd(
     checkpoint_state=None,
     checkpoint_indices=None,
     checkpoint_start=None,
+    allow_neg_eigval=False,
 ):
     """Kimi Delta Attention forward, FlashKDA's signature: writes ``out`` (and ``final_state``) in
     place and returns None.
@@ -55,12 +56,20 @@ def fwd(
     v, out          bf16              [B, T, HV, V]   (HV a multiple of H)
     g               bf16              [B, T, HV, K]
     beta            bf16              [B, T, HV]
-    A_log           fp32              [HV], contiguous
+    A_log           fp32/None         [HV], contiguous (None: a rate of 1; needs a lower_bound)
     dt_bias         fp32              [HV, K] or [HV * K], contiguous
     initial_state   bf16/fp32/None    [N, HV, V, K], contiguous (None: zeros)
     final_state     bf16/fp32/None    [N, HV, V, K], contiguous; may be ``initial_state``
     cu_seqlens      int64/int32/None  [N + 1], requires B == 1 (None: N = B)
     ==============  ================  ======================================================
+
+    Gate forms (docs/spec.md, "Gate forms"; fla's names): a ``lower_bound`` (-5 <= lower_bound < 0)
+    selects the bounded gate ``a = lower_bound * sigmoid(exp(A_log) * (g + dt_bias))`` (``A_log=None``:
+    ``lower_bound * sigmoid(g + dt_bias)``); ``lower_bound=None`` the unbounded gate of
+    Kimi-Linear-48B, ``a = -exp(A_log) * softplus(g + dt_bias)`` (A_log required). With
+    ``allow_neg_eigval=True`` (keyword-only) beta is ``2 * sigmoid(beta)``. The CPU backends compute
+    every form; the CUDA backend only the default one for now (NotImplementedError naming the
+    argument otherwise).
 
     q, k, v, g, beta and out may be strided views (e.g. slices of a packed qkv buffer) as long as
     their last dimension is contiguous.
@@ -130,9 +139,10 @@ def fwd(
 
         torch_ops.fwd_op(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state,
                          final_state, cu_seqlens, cu_seqlens_cpu, backend, state_indices, has_initial_state,
-                         checkpoint_interval, checkpoint_state, checkpoint_indices, checkpoint_start)
+                         checkpoint_interval, checkpoint_state, checkpoint_indices, checkpoint_start,
+                         allow_neg_eigval)
         return None
     _eager.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
                cu_seqlens, cu_seqlens_cpu, state_indices, has_initial_state, backend, checkpoint_interval,
-               checkpoint_state, checkpoint_indices, checkpoint_start)
+               checkpoint_state, checkpoint_indices, checkpoint_start, allow_neg_eigval)
     return None

@@ -33,12 +33,19 @@ def _l2_normalise(x):
     return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + 1e-6)
 
 
+def _softplus(x):
+    return np.logaddexp(0.0, x)  # log(1 + e^x) without overflow
+
+
 def reference(
-    q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial_state=None, cu_seqlens=None
+    q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial_state=None, cu_seqlens=None, *,
+    allow_neg_eigval=False
 ):
     """Float64 KDA forward. Takes the inputs of :func:`flash_kda.fwd` (NumPy arrays or torch
     tensors, any dtype; no ``out``/``final_state``) and returns ``(out, final_state)`` as new float64
-    arrays of shapes [B, T, HV, V] and [N, HV, V, K]."""
+    arrays of shapes [B, T, HV, V] and [N, HV, V, K]. The gate forms of fwd: ``lower_bound=None`` is
+    the softplus gate, ``A_log=None`` (with a lower_bound) a rate of 1, ``allow_neg_eigval=True``
+    beta = 2 sigmoid(beta)."""
     q, k, v, g, beta = (_f64(n, x) for n, x in zip("q k v g beta".split(), (q, k, v, g, beta)))
     A_log, dt_bias = _f64("A_log", A_log), _f64("dt_bias", dt_bias)
     B, T, H, K = q.shape
@@ -47,9 +54,14 @@ def reference(
 
     q_hat = np.repeat(_l2_normalise(q), group, axis=2)
     k_hat = np.repeat(_l2_normalise(k), group, axis=2)
-    rate = np.exp(A_log)[:, None]
-    alpha = np.exp(lower_bound * _sigmoid(rate * (g + dt_bias.reshape(HV, K))))  # [B, T, HV, K]
-    beta = _sigmoid(beta)
+    rate = np.ones((HV, 1)) if A_log is None else np.exp(A_log)[:, None]
+    x = g + dt_bias.reshape(HV, K)
+    with np.errstate(over="ignore"):  # the softplus gate may decay a channel to exactly 0
+        if lower_bound is None:
+            alpha = np.exp(-rate * _softplus(x))  # [B, T, HV, K]
+        else:
+            alpha = np.exp(lower_bound * _sigmoid(rate * x))
+    beta = (2.0 if allow_neg_eigval else 1.0) * _sigmoid(beta)
 
     if cu_seqlens is None:
         spans = [(b, 0, T) for b in range(B)]

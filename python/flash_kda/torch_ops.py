@@ -4,29 +4,31 @@ Importing this module imports torch and registers five operators (docs/torch.md)
 
 ``torch.ops.flash_kda.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound,
 initial_state, final_state, cu_seqlens=None, cu_seqlens_cpu=None, backend=None,
-state_indices=None, has_initial_state=None) -> ()``
+state_indices=None, has_initial_state=None, allow_neg_eigval=False) -> ()``
     ``flash_kda.fwd`` as an operator: mutates ``out`` and ``final_state`` (a state pool with
-    ``state_indices``).
+    ``state_indices``). ``A_log`` and ``lower_bound`` may be None (docs/spec.md, "Gate forms").
 
 ``torch.ops.flash_kda.fwd_checkpointed(..., has_initial_state, checkpoint_state, checkpoint_indices,
-checkpoint_start, checkpoint_interval) -> ()``
-    the same with prefix-cache checkpoints; also mutates ``checkpoint_state``. Every argument is
-    required (None where optional): torch before 2.12 drops trailing arguments equal to their
-    defaults when it redispatches and then indexes the mutated ones, so a mutated argument must
-    never have a default — hence a second operator instead of defaulted arguments on the first.
+checkpoint_start, checkpoint_interval, allow_neg_eigval=False) -> ()``
+    the same with prefix-cache checkpoints; also mutates ``checkpoint_state``. Every argument up to
+    ``checkpoint_interval`` is required (None where optional): torch before 2.12 drops trailing
+    arguments equal to their defaults when it redispatches and then indexes the mutated ones, so a
+    mutated argument must never have a default — hence a second operator instead of defaulted
+    arguments on the first. Arguments added later come after every mutated one, with defaults
+    (dropping them leaves the mutated ones where they were).
 
 ``torch.ops.flash_kda.decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state,
-state_indices, num_accepted_tokens=None, cu_seqlens=None, backend=None) -> ()``
+state_indices, num_accepted_tokens=None, cu_seqlens=None, backend=None, allow_neg_eigval=False) -> ()``
     ``flash_kda.decode`` as an operator: mutates ``out`` and the pool ``state``.
 
 ``torch.ops.flash_kda.chunk_kda(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound,
-initial_state, cu_seqlens, cu_seqlens_cpu, output_final_state) -> (out, final_state)``
+initial_state, cu_seqlens, cu_seqlens_cpu, output_final_state, allow_neg_eigval=False) -> (out, final_state)``
     allocates and returns ``out`` [B, T, HV, V] (bf16) and ``final_state`` [N, HV, V, K] (the
     dtype of ``initial_state``, fp32 without one); ``final_state`` has shape [0] when
     ``output_final_state`` is False. Mutates nothing.
 
 ``torch.ops.flash_kda.chunk_kda_checkpointed(..., output_final_state, checkpoint_state,
-checkpoint_indices, checkpoint_start, checkpoint_interval) -> (out, final_state)``
+checkpoint_indices, checkpoint_start, checkpoint_interval, allow_neg_eigval=False) -> (out, final_state)``
     the same with checkpoints; mutates ``checkpoint_state`` (all arguments required, as above).
 
 Their implementations are the eager calls (flash_kda._eager: one call into the compiled layer,
@@ -55,6 +57,11 @@ _grad_enabled = torch.is_grad_enabled
 _STATE_DTYPES = (torch.float32, torch.bfloat16)
 
 
+def _real_or_none(name, x):
+    """lower_bound for an operator: None (the softplus gate) stays None, anything else as _real."""
+    return None if x is None else _real(name, x)
+
+
 def _real(name, x):
     """A Python float for an operator's float argument (the eager calls pass scalars on to the
     compiled layer, which converts them)."""
@@ -79,9 +86,9 @@ def _fwd_op(
     beta: torch.Tensor,
     scale: float,
     out: torch.Tensor,
-    A_log: torch.Tensor,
+    A_log: Optional[torch.Tensor],
     dt_bias: torch.Tensor,
-    lower_bound: float,
+    lower_bound: Optional[float],
     # No defaults up to final_state, a mutated argument: torch before 2.12 drops trailing arguments
     # equal to their defaults when it redispatches, then indexes the mutated ones (IndexError).
     initial_state: Optional[torch.Tensor],
@@ -91,21 +98,32 @@ def _fwd_op(
     backend: Optional[str] = None,
     state_indices: Optional[torch.Tensor] = None,
     has_initial_state: Optional[torch.Tensor] = None,
+    allow_neg_eigval: bool = False,
 ) -> None:
     _eager.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
-               cu_seqlens, cu_seqlens_cpu, state_indices, has_initial_state, backend)
+               cu_seqlens, cu_seqlens_cpu, state_indices, has_initial_state, backend,
+               allow_neg_eigval=allow_neg_eigval)
+
+
+def _check_fwd_meta(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state=None,
+                    final_state=None, cu_seqlens=None, cu_seqlens_cpu=None, backend=None, state_indices=None,
+                    has_initial_state=None, checkpoint_state=None, checkpoint_indices=None,
+                    checkpoint_start=None, checkpoint_interval=None, allow_neg_eigval=False):
+    d = describe
+    _C.check_fwd(d(q), d(k), d(v), d(g), d(beta), scale, d(out), d(A_log), d(dt_bias), lower_bound,
+                 d(initial_state), d(final_state), d(cu_seqlens), d(cu_seqlens_cpu), d(state_indices),
+                 d(has_initial_state), d(checkpoint_state), d(checkpoint_indices), d(checkpoint_start),
+                 checkpoint_interval=checkpoint_interval, backend="auto" if backend is None else backend,
+                 allow_neg_eigval=bool(allow_neg_eigval))
 
 
 @_fwd_op.register_fake
 def _fwd_fake(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state=None,
               final_state=None, cu_seqlens=None, cu_seqlens_cpu=None, backend=None, state_indices=None,
-              has_initial_state=None, checkpoint_state=None, checkpoint_indices=None, checkpoint_start=None,
-              checkpoint_interval=None):
-    d = describe
-    _C.check_fwd(d(q), d(k), d(v), d(g), d(beta), scale, d(out), d(A_log), d(dt_bias), lower_bound,
-                 d(initial_state), d(final_state), d(cu_seqlens), d(cu_seqlens_cpu), d(state_indices),
-                 d(has_initial_state), d(checkpoint_state), d(checkpoint_indices), d(checkpoint_start),
-                 checkpoint_interval=checkpoint_interval, backend="auto" if backend is None else backend)
+              has_initial_state=None, allow_neg_eigval=False):
+    _check_fwd_meta(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
+                    cu_seqlens, cu_seqlens_cpu, backend, state_indices, has_initial_state,
+                    allow_neg_eigval=allow_neg_eigval)
 
 
 # Every argument required (see the module docstring): checkpoint_state is mutated.
@@ -118,9 +136,9 @@ def _fwd_ckpt_op(
     beta: torch.Tensor,
     scale: float,
     out: torch.Tensor,
-    A_log: torch.Tensor,
+    A_log: Optional[torch.Tensor],
     dt_bias: torch.Tensor,
-    lower_bound: float,
+    lower_bound: Optional[float],
     initial_state: Optional[torch.Tensor],
     final_state: Optional[torch.Tensor],
     cu_seqlens: Optional[torch.Tensor],
@@ -132,13 +150,14 @@ def _fwd_ckpt_op(
     checkpoint_indices: Optional[torch.Tensor],
     checkpoint_start: Optional[torch.Tensor],
     checkpoint_interval: Optional[int],
+    allow_neg_eigval: bool = False,
 ) -> None:
     _eager.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
                cu_seqlens, cu_seqlens_cpu, state_indices, has_initial_state, backend, checkpoint_interval,
-               checkpoint_state, checkpoint_indices, checkpoint_start)
+               checkpoint_state, checkpoint_indices, checkpoint_start, allow_neg_eigval)
 
 
-_fwd_ckpt_op.register_fake(_fwd_fake)
+_fwd_ckpt_op.register_fake(_check_fwd_meta)
 
 
 @torch.library.custom_op("flash_kda::decode", mutates_args=("out", "state"))
@@ -150,38 +169,41 @@ def _decode_op(
     beta: torch.Tensor,
     scale: float,
     out: torch.Tensor,
-    A_log: torch.Tensor,
+    A_log: Optional[torch.Tensor],
     dt_bias: torch.Tensor,
-    lower_bound: float,
+    lower_bound: Optional[float],
     state: torch.Tensor,
     state_indices: torch.Tensor,
     num_accepted_tokens: Optional[torch.Tensor] = None,
     cu_seqlens: Optional[torch.Tensor] = None,
     backend: Optional[str] = None,
+    allow_neg_eigval: bool = False,
 ) -> None:
     _eager.decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
-                  num_accepted_tokens, cu_seqlens, backend)
+                  num_accepted_tokens, cu_seqlens, backend, allow_neg_eigval)
 
 
 @_decode_op.register_fake
 def _decode_fake(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
-                 num_accepted_tokens=None, cu_seqlens=None, backend=None):
+                 num_accepted_tokens=None, cu_seqlens=None, backend=None, allow_neg_eigval=False):
     d = describe
     _C.check_decode(d(q), d(k), d(v), d(g), d(beta), scale, d(out), d(A_log), d(dt_bias), lower_bound,
                     d(state), d(state_indices), d(num_accepted_tokens), d(cu_seqlens), None,
-                    backend="auto" if backend is None else backend)
+                    backend="auto" if backend is None else backend, allow_neg_eigval=bool(allow_neg_eigval))
 
 
 def fwd_op(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
            cu_seqlens, cu_seqlens_cpu, backend, state_indices, has_initial_state, checkpoint_interval=None,
-           checkpoint_state=None, checkpoint_indices=None, checkpoint_start=None):
+           checkpoint_state=None, checkpoint_indices=None, checkpoint_start=None, allow_neg_eigval=False):
     """flash_kda.fwd while traced: the operator (its float arguments made Python floats)."""
-    args = (q, k, v, g, beta, _real("scale", scale), out, A_log, dt_bias, _real("lower_bound", lower_bound),
-            initial_state, final_state, cu_seqlens, cu_seqlens_cpu, backend, state_indices, has_initial_state)
+    args = (q, k, v, g, beta, _real("scale", scale), out, A_log, dt_bias,
+            _real_or_none("lower_bound", lower_bound), initial_state, final_state, cu_seqlens, cu_seqlens_cpu,
+            backend, state_indices, has_initial_state)
     if _no_checkpoints(checkpoint_interval, checkpoint_state, checkpoint_indices, checkpoint_start):
-        _fwd_op(*args)
+        _fwd_op(*args, bool(allow_neg_eigval))
     else:
-        _fwd_ckpt_op(*args, checkpoint_state, checkpoint_indices, checkpoint_start, _interval(checkpoint_interval))
+        _fwd_ckpt_op(*args, checkpoint_state, checkpoint_indices, checkpoint_start, _interval(checkpoint_interval),
+                     bool(allow_neg_eigval))
 
 
 def _no_checkpoints(*checkpoint_args):
@@ -198,10 +220,11 @@ def _interval(x):
 
 
 def decode_op(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
-              num_accepted_tokens, cu_seqlens, backend):
+              num_accepted_tokens, cu_seqlens, backend, allow_neg_eigval=False):
     """flash_kda.decode while traced: the operator."""
-    _decode_op(q, k, v, g, beta, _real("scale", scale), out, A_log, dt_bias, _real("lower_bound", lower_bound),
-               state, state_indices, num_accepted_tokens, cu_seqlens, backend)
+    _decode_op(q, k, v, g, beta, _real("scale", scale), out, A_log, dt_bias,
+               _real_or_none("lower_bound", lower_bound), state, state_indices, num_accepted_tokens, cu_seqlens,
+               backend, bool(allow_neg_eigval))
 
 
 def _allocate(q, v, initial_state, cu_seqlens, output_final_state):
@@ -227,12 +250,12 @@ def _final_state(q, v, initial_state, cu_seqlens):
 
 def _chunk_impl(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial_state, cu_seqlens,
                 cu_seqlens_cpu, output_final_state, checkpoint_state=None, checkpoint_indices=None,
-                checkpoint_start=None, checkpoint_interval=None):
+                checkpoint_start=None, checkpoint_interval=None, allow_neg_eigval=False):
     out, final = _allocate(q, v, initial_state, cu_seqlens, output_final_state)
     _eager.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final,
                cu_seqlens, cu_seqlens_cpu, checkpoint_interval=checkpoint_interval,
                checkpoint_state=checkpoint_state, checkpoint_indices=checkpoint_indices,
-               checkpoint_start=checkpoint_start)
+               checkpoint_start=checkpoint_start, allow_neg_eigval=allow_neg_eigval)
     return out, _placeholder(q) if final is None else final
 
 
@@ -244,16 +267,17 @@ def _chunk_op(
     g: torch.Tensor,
     beta: torch.Tensor,
     scale: float,
-    A_log: torch.Tensor,
+    A_log: Optional[torch.Tensor],
     dt_bias: torch.Tensor,
-    lower_bound: float,
+    lower_bound: Optional[float],
     initial_state: Optional[torch.Tensor],
     cu_seqlens: Optional[torch.Tensor],
     cu_seqlens_cpu: Optional[torch.Tensor],
     output_final_state: bool,
+    allow_neg_eigval: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     return _chunk_impl(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial_state, cu_seqlens,
-                       cu_seqlens_cpu, output_final_state)
+                       cu_seqlens_cpu, output_final_state, allow_neg_eigval=allow_neg_eigval)
 
 
 # Every argument required (see the module docstring): checkpoint_state is mutated.
@@ -265,9 +289,9 @@ def _chunk_ckpt_op(
     g: torch.Tensor,
     beta: torch.Tensor,
     scale: float,
-    A_log: torch.Tensor,
+    A_log: Optional[torch.Tensor],
     dt_bias: torch.Tensor,
-    lower_bound: float,
+    lower_bound: Optional[float],
     initial_state: Optional[torch.Tensor],
     cu_seqlens: Optional[torch.Tensor],
     cu_seqlens_cpu: Optional[torch.Tensor],
@@ -276,24 +300,31 @@ def _chunk_ckpt_op(
     checkpoint_indices: Optional[torch.Tensor],
     checkpoint_start: Optional[torch.Tensor],
     checkpoint_interval: Optional[int],
+    allow_neg_eigval: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     return _chunk_impl(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial_state, cu_seqlens,
                        cu_seqlens_cpu, output_final_state, checkpoint_state, checkpoint_indices, checkpoint_start,
-                       checkpoint_interval)
+                       checkpoint_interval, allow_neg_eigval)
 
 
 def _chunk_fake(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial_state, cu_seqlens,
                 cu_seqlens_cpu, output_final_state, checkpoint_state=None, checkpoint_indices=None,
-                checkpoint_start=None, checkpoint_interval=None):
+                checkpoint_start=None, checkpoint_interval=None, allow_neg_eigval=False):
     out, final = _allocate(q, v, initial_state, cu_seqlens, output_final_state)
-    _fwd_fake(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final,
-              cu_seqlens, cu_seqlens_cpu, checkpoint_state=checkpoint_state,
-              checkpoint_indices=checkpoint_indices, checkpoint_start=checkpoint_start,
-              checkpoint_interval=checkpoint_interval)
+    _check_fwd_meta(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final,
+                    cu_seqlens, cu_seqlens_cpu, checkpoint_state=checkpoint_state,
+                    checkpoint_indices=checkpoint_indices, checkpoint_start=checkpoint_start,
+                    checkpoint_interval=checkpoint_interval, allow_neg_eigval=allow_neg_eigval)
     return out, _placeholder(q) if final is None else final
 
 
-_chunk_op.register_fake(_chunk_fake)
+def _chunk_plain_fake(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial_state, cu_seqlens,
+                      cu_seqlens_cpu, output_final_state, allow_neg_eigval=False):
+    return _chunk_fake(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial_state, cu_seqlens,
+                       cu_seqlens_cpu, output_final_state, allow_neg_eigval=allow_neg_eigval)
+
+
+_chunk_op.register_fake(_chunk_plain_fake)
 _chunk_ckpt_op.register_fake(_chunk_fake)
 
 
@@ -321,7 +352,7 @@ def chunk_kda(
     use_gate_in_kernel=True,
     use_beta_sigmoid_in_kernel=True,
     allow_neg_eigval=False,
-    safe_gate=True,
+    safe_gate=False,
     lower_bound=None,
     disable_recompute=False,
     return_intermediate_states=False,
@@ -348,14 +379,18 @@ def chunk_kda(
     [N, HV, V, K] with ``state_v_first=True`` (the default here) or [N, HV, K, V] with
     ``state_v_first=False``, of the dtype of ``initial_state`` (fp32 without one). Computes what
     fla computes with ``use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
-    use_beta_sigmoid_in_kernel=True, safe_gate=True`` and a ``lower_bound``: raw q, k (L2-normalised
-    inside), raw gate ``g`` with ``A_log`` [HV] and ``dt_bias`` [HV * K] or [HV, K] (either may be
-    None: ``A_log=None`` means a rate of 1, ``dt_bias=None`` no bias), beta logits.
+    use_beta_sigmoid_in_kernel=True``: raw q, k (L2-normalised inside), raw gate ``g`` with
+    ``A_log`` [HV] and ``dt_bias`` [HV * K] or [HV, K], beta logits. The gate follows fla: with a
+    ``lower_bound`` (-5 <= lower_bound < 0) ``lower_bound * sigmoid(exp(A_log) * (g + dt_bias))``
+    (``A_log=None``: a rate of 1); with ``lower_bound=None`` the unbounded softplus gate
+    ``-exp(A_log) * softplus(g + dt_bias)`` of Kimi-Linear-48B (A_log required; CPU tensors only for
+    now). ``safe_gate`` (fla's faster kernel for the bounded gate; False by default, as in fla)
+    changes nothing here but needs a ``lower_bound`` when True, as in fla. ``dt_bias=None``: no
+    bias. ``allow_neg_eigval=True``: beta = 2 * sigmoid(beta) (CPU tensors only for now).
 
     Options flash-kda does not implement raise ``NotImplementedError`` naming the argument:
     ``use_qk_l2norm_in_kernel=False``, ``use_gate_in_kernel=False``,
-    ``use_beta_sigmoid_in_kernel=False``, ``allow_neg_eigval=True``, ``safe_gate=False``,
-    ``lower_bound=None`` (fla's softplus gate), ``return_intermediate_states=True``, ``cp_context``,
+    ``use_beta_sigmoid_in_kernel=False``, ``return_intermediate_states=True``, ``cp_context``,
     and inputs that require grad while grad mode is on (forward only: call it under
     ``torch.inference_mode()`` or ``torch.no_grad()``). ``disable_recompute`` (a backward option)
     and ``use_graph`` (the kernel is CUDA-graph safe anyway) are accepted and have no effect;
@@ -372,13 +407,13 @@ def chunk_kda(
     host copy unless ``cu_seqlens_cpu`` is given or a CUDA graph is being captured. Under
     ``torch.compile`` the call is the operator ``torch.ops.flash_kda.chunk_kda``.
     """
-    if (not (use_qk_l2norm_in_kernel and use_gate_in_kernel and use_beta_sigmoid_in_kernel
-             and safe_gate) or allow_neg_eigval or lower_bound is None or return_intermediate_states
+    if (not (use_qk_l2norm_in_kernel and use_gate_in_kernel and use_beta_sigmoid_in_kernel)
+            or (safe_gate and lower_bound is None) or return_intermediate_states
             or cp_context is not None or chunk_size != 64 or transpose_state_layout is not None
             or (use_graph and max_num_seqs is not None)):
         state_v_first = _check_options(
-            use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
-            safe_gate, lower_bound, return_intermediate_states, state_v_first, cu_seqlens, cp_context,
+            use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel, safe_gate,
+            lower_bound, return_intermediate_states, state_v_first, cu_seqlens, cp_context,
             use_graph, max_num_seqs, chunk_size, transpose_state_layout)
     if type(q) is not _Tensor or type(v) is not _Tensor or q.dim() != 4 or v.dim() != 4:
         _check_tensors(q, k, v, g, beta)  # raises unless q..beta are tensor subclasses of the right rank
@@ -386,7 +421,10 @@ def chunk_kda(
         _check_no_grad(q, k, v, g, beta, A_log, dt_bias, initial_state)
     if scale is None:
         scale = q.shape[3] ** -0.5
-    if A_log is None:  # fla: the gate is lower_bound * sigmoid(g + dt_bias), i.e. exp(A_log) = 1
+    if A_log is None and lower_bound is not None:
+        # fla: the gate is lower_bound * sigmoid(g + dt_bias), i.e. exp(A_log) = 1. Zeros give that
+        # rate exactly on every backend (the CUDA one does not take a missing A_log yet). Without a
+        # lower_bound, None goes on: the softplus gate needs A_log, and the C++ layer says so.
         A_log = torch.zeros(v.shape[2], dtype=torch.float32, device=q.device)
     if dt_bias is None:
         dt_bias = torch.zeros((v.shape[2], q.shape[3]), dtype=torch.float32, device=q.device)
@@ -394,13 +432,14 @@ def chunk_kda(
         initial_state = initial_state.transpose(2, 3).contiguous()
 
     if _is_compiling() or _dispatch_depth():
-        args = (q, k, v, g, beta, _real("scale", scale), A_log, dt_bias, _real("lower_bound", lower_bound),
-                initial_state, cu_seqlens, cu_seqlens_cpu, bool(output_final_state))
+        args = (q, k, v, g, beta, _real("scale", scale), A_log, dt_bias,
+                _real_or_none("lower_bound", lower_bound), initial_state, cu_seqlens, cu_seqlens_cpu,
+                bool(output_final_state))
         if _no_checkpoints(checkpoint_interval, checkpoint_state, checkpoint_indices, checkpoint_start):
-            o, final = _chunk_op(*args)
+            o, final = _chunk_op(*args, bool(allow_neg_eigval))
         else:
             o, final = _chunk_ckpt_op(*args, checkpoint_state, checkpoint_indices, checkpoint_start,
-                                      _interval(checkpoint_interval))
+                                      _interval(checkpoint_interval), bool(allow_neg_eigval))
         if not output_final_state:
             final = None
     else:
@@ -411,14 +450,14 @@ def chunk_kda(
         _eager.fwd(q, k, v, g, beta, scale, o, A_log, dt_bias, lower_bound, initial_state, final,
                    cu_seqlens, cu_seqlens_cpu, checkpoint_interval=checkpoint_interval,
                    checkpoint_state=checkpoint_state, checkpoint_indices=checkpoint_indices,
-                   checkpoint_start=checkpoint_start)
+                   checkpoint_start=checkpoint_start, allow_neg_eigval=allow_neg_eigval)
     if final is not None and not state_v_first:
         final = final.transpose(2, 3).contiguous()
     return o, final
 
 
 def _check_options(use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
-                   allow_neg_eigval, safe_gate, lower_bound, return_intermediate_states, state_v_first,
+                   safe_gate, lower_bound, return_intermediate_states, state_v_first,
                    cu_seqlens, cp_context, use_graph, max_num_seqs, chunk_size, transpose_state_layout):
     """chunk_kda's options beyond the default ones: raises for what flash-kda does not implement;
     returns state_v_first (fla's deprecated transpose_state_layout is an alias)."""
@@ -436,14 +475,9 @@ def _check_options(use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid
     if not use_beta_sigmoid_in_kernel:
         raise _unsupported("use_beta_sigmoid_in_kernel", use_beta_sigmoid_in_kernel,
                            "beta is always taken as logits; pass it raw with True")
-    if allow_neg_eigval:
-        raise _unsupported("allow_neg_eigval", allow_neg_eigval, "beta = sigmoid(logits) only")
-    if not safe_gate:
-        raise _unsupported("safe_gate", safe_gate,
-                           "only the bounded gate lower_bound * sigmoid(exp(A_log) * (g + dt_bias))")
-    if lower_bound is None:
-        raise _unsupported("lower_bound", lower_bound,
-                           "None selects fla's softplus gate; pass -5 <= lower_bound < 0, e.g. -5")
+    if safe_gate and lower_bound is None:
+        raise ValueError("safe_gate: True needs a lower_bound (fla's safe gate is the bounded one, "
+                         "-5 <= lower_bound < 0); pass safe_gate=False for the softplus gate of lower_bound=None")
     if return_intermediate_states:
         raise _unsupported("return_intermediate_states", return_intermediate_states,
                            "intermediate states are not produced")

@@ -82,6 +82,12 @@ double real_number(const char* name, nb::handle h) {
   return x;
 }
 
+// lower_bound: a real number (the sigmoid gate), or None (the softplus gate, GateForm::kSoftplus).
+void set_lower_bound(flash_kda::CallArgs& c, nb::handle lower_bound) {
+  c.has_lower_bound = !lower_bound.is_none();
+  if (c.has_lower_bound) c.lower_bound = real_number("lower_bound", lower_bound);
+}
+
 // checkpoint_interval: None (0: no checkpoints) or an integer (int, NumPy integer, anything with
 // __index__; not bool), named in errors. Its range is checked in src/api.
 int64_t optional_integer(const char* name, nb::handle h) {
@@ -258,7 +264,7 @@ void fill_call_args(flash_kda::CallArgs& c, const OptArray& q, const OptArray& k
   c.cu_seqlens = describe(cu_seqlens, kCu, bf16, ro);
   c.cu_seqlens_cpu = describe(cu_seqlens_cpu, kCuCpu, bf16, ro);
   c.scale = real_number("scale", scale);
-  c.lower_bound = real_number("lower_bound", lower_bound);
+  set_lower_bound(c, lower_bound);
   c.backend = backend;
   c.cpu_threads = cpu_threads;
 }
@@ -270,10 +276,11 @@ void fwd(const OptArray& q, const OptArray& k, const OptArray& v, const OptArray
          const OptArray& cu_seqlens_cpu, const OptArray& state_indices, const OptArray& has_initial_state,
          const OptArray& checkpoint_state, const OptArray& checkpoint_indices, const OptArray& checkpoint_start,
          nb::handle checkpoint_interval, const std::string& backend, uintptr_t stream, int cpu_threads,
-         uint64_t bf16_bits, uint64_t read_only, nb::object allocate, bool run) {
+         uint64_t bf16_bits, uint64_t read_only, nb::object allocate, bool run, bool allow_neg_eigval) {
   FwdArgs a;
   fill_call_args(a, q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, cu_seqlens, cu_seqlens_cpu, backend,
                  cpu_threads, bf16_bits, read_only);
+  a.allow_neg_eigval = allow_neg_eigval;
   a.initial_state = describe(initial_state, kState1, bf16_bits, read_only);
   a.final_state = describe(final_state, kState2, bf16_bits, read_only);
   a.state_indices = describe(state_indices, kIdx, bf16_bits, read_only);
@@ -312,10 +319,12 @@ void decode(const OptArray& q, const OptArray& k, const OptArray& v, const OptAr
             nb::handle scale, const OptArray& out, const OptArray& A_log, const OptArray& dt_bias,
             nb::handle lower_bound, const OptArray& state, const OptArray& state_indices,
             const OptArray& num_accepted_tokens, const OptArray& cu_seqlens, const OptArray& cu_seqlens_cpu,
-            const std::string& backend, uintptr_t stream, int cpu_threads, uint64_t bf16_bits, uint64_t read_only) {
+            const std::string& backend, uintptr_t stream, int cpu_threads, uint64_t bf16_bits, uint64_t read_only,
+            bool allow_neg_eigval) {
   DecodeArgs a;
   fill_call_args(a, q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, cu_seqlens, cu_seqlens_cpu, backend,
                  cpu_threads, bf16_bits, read_only);
+  a.allow_neg_eigval = allow_neg_eigval;
   a.state = describe(state, kState1, bf16_bits, read_only);
   a.state_indices = describe(state_indices, kIdx, bf16_bits, read_only);
   a.num_accepted_tokens = describe(num_accepted_tokens, kFlag, bf16_bits, read_only);
@@ -340,7 +349,7 @@ void meta_call_args(flash_kda::CallArgs& c, nb::handle q, nb::handle k, nb::hand
   c.cu_seqlens = describe_meta(cu_seqlens, kCu);
   c.cu_seqlens_cpu = describe_meta(cu_seqlens_cpu, kCuCpu);
   c.scale = real_number("scale", scale);
-  c.lower_bound = real_number("lower_bound", lower_bound);
+  set_lower_bound(c, lower_bound);
   c.backend = backend;
 }
 
@@ -348,9 +357,11 @@ void check_fwd(nb::handle q, nb::handle k, nb::handle v, nb::handle g, nb::handl
                nb::handle out, nb::handle A_log, nb::handle dt_bias, nb::handle lower_bound, nb::handle initial_state,
                nb::handle final_state, nb::handle cu_seqlens, nb::handle cu_seqlens_cpu, nb::handle state_indices,
                nb::handle has_initial_state, nb::handle checkpoint_state, nb::handle checkpoint_indices,
-               nb::handle checkpoint_start, nb::handle checkpoint_interval, const std::string& backend) {
+               nb::handle checkpoint_start, nb::handle checkpoint_interval, const std::string& backend,
+               bool allow_neg_eigval) {
   FwdArgs a;
   meta_call_args(a, q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, cu_seqlens, cu_seqlens_cpu, backend);
+  a.allow_neg_eigval = allow_neg_eigval;
   a.initial_state = describe_meta(initial_state, kState1);
   a.final_state = describe_meta(final_state, kState2);
   a.state_indices = describe_meta(state_indices, kIdx);
@@ -365,9 +376,10 @@ void check_fwd(nb::handle q, nb::handle k, nb::handle v, nb::handle g, nb::handl
 void check_decode(nb::handle q, nb::handle k, nb::handle v, nb::handle g, nb::handle beta, nb::handle scale,
                   nb::handle out, nb::handle A_log, nb::handle dt_bias, nb::handle lower_bound, nb::handle state,
                   nb::handle state_indices, nb::handle num_accepted_tokens, nb::handle cu_seqlens,
-                  nb::handle cu_seqlens_cpu, const std::string& backend) {
+                  nb::handle cu_seqlens_cpu, const std::string& backend, bool allow_neg_eigval) {
   DecodeArgs a;
   meta_call_args(a, q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, cu_seqlens, cu_seqlens_cpu, backend);
+  a.allow_neg_eigval = allow_neg_eigval;
   a.state = describe_meta(state, kState1);
   a.state_indices = describe_meta(state_indices, kIdx);
   a.num_accepted_tokens = describe_meta(num_accepted_tokens, kFlag);
@@ -387,8 +399,9 @@ NB_MODULE(_C, m) {
         opt("checkpoint_state"), opt("checkpoint_indices"), opt("checkpoint_start"), nb::kw_only(),
         nb::arg("checkpoint_interval").none() = nb::none(), nb::arg("backend") = "auto", nb::arg("stream") = 0,
         nb::arg("cpu_threads") = 0, nb::arg("bf16_bits") = 0, nb::arg("read_only") = 0,
-        nb::arg("allocate").none() = nb::none(), nb::arg("run") = true,
-        "Runs the KDA forward in place on DLPack arrays. backend: 'auto' (where the arrays live), 'cuda', "
+        nb::arg("allocate").none() = nb::none(), nb::arg("run") = true, nb::arg("allow_neg_eigval") = false,
+        "Runs the KDA forward in place on DLPack arrays. lower_bound None: the softplus gate; A_log None (with "
+        "a lower_bound): rate 1. backend: 'auto' (where the arrays live), 'cuda', "
         "'cpu' or 'reference'. stream: a cudaStream_t as an integer (0: the legacy default stream). "
         "bf16_bits / read_only: bit i set when array argument i (in this order) is bf16 passed as 16-bit "
         "integers / may not be written. allocate(nbytes): returns scratch memory when the call needs some. "
@@ -398,7 +411,7 @@ NB_MODULE(_C, m) {
         arr("A_log"), arr("dt_bias"), nb::arg("lower_bound").none(), arr("state"), arr("state_indices"),
         opt("num_accepted_tokens"), opt("cu_seqlens"), opt("cu_seqlens_cpu"), nb::kw_only(),
         nb::arg("backend") = "auto", nb::arg("stream") = 0, nb::arg("cpu_threads") = 0, nb::arg("bf16_bits") = 0,
-        nb::arg("read_only") = 0,
+        nb::arg("read_only") = 0, nb::arg("allow_neg_eigval") = false,
         "Runs one decode step (1 to 8 tokens per sequence) in place on DLPack arrays: writes out and the pool "
         "`state` [P, HV, V, K] through int32 state_indices [N] or [N, S] (docs/serving.md). Options as for fwd; "
         "the bit positions of state, state_indices, num_accepted_tokens are those of initial_state, "
@@ -406,16 +419,19 @@ NB_MODULE(_C, m) {
 
   auto meta = [](const char* name) { return nb::arg(name).none() = nb::none(); };
   m.def("check_fwd", &check_fwd, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"), nb::arg("beta"),
-        nb::arg("scale").none(), nb::arg("out"), nb::arg("A_log"), nb::arg("dt_bias"), nb::arg("lower_bound").none(),
+        nb::arg("scale").none(), nb::arg("out"), nb::arg("A_log").none(), nb::arg("dt_bias"),
+        nb::arg("lower_bound").none(),
         meta("initial_state"), meta("final_state"), meta("cu_seqlens"), meta("cu_seqlens_cpu"), meta("state_indices"),
         meta("has_initial_state"), meta("checkpoint_state"), meta("checkpoint_indices"), meta("checkpoint_start"),
         nb::kw_only(), nb::arg("checkpoint_interval").none() = nb::none(), nb::arg("backend") = "auto",
+        nb::arg("allow_neg_eigval") = false,
         "Every check of fwd that needs no data, on tensor descriptions (dtype, shape, strides, device type, "
         "device index) or None: what torch's fake implementations run.");
   m.def("check_decode", &check_decode, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"), nb::arg("beta"),
-        nb::arg("scale").none(), nb::arg("out"), nb::arg("A_log"), nb::arg("dt_bias"), nb::arg("lower_bound").none(),
+        nb::arg("scale").none(), nb::arg("out"), nb::arg("A_log").none(), nb::arg("dt_bias"),
+        nb::arg("lower_bound").none(),
         nb::arg("state"), nb::arg("state_indices"), meta("num_accepted_tokens"), meta("cu_seqlens"),
-        meta("cu_seqlens_cpu"), nb::kw_only(), nb::arg("backend") = "auto",
+        meta("cu_seqlens_cpu"), nb::kw_only(), nb::arg("backend") = "auto", nb::arg("allow_neg_eigval") = false,
         "Every check of decode that needs no data (as check_fwd).");
 
   m.def("cuda_available", &flash_kda::cuda_available,

@@ -80,6 +80,11 @@ SeqSlots sequence_slots(const HostIndices& idx, int64_t n);
 Status check(const FwdParams& p, HostIndices* idx, bool data_free = false);
 Status check(const DecodeParams& p, HostIndices* idx, bool data_free = false);
 
+// kUnsupported, naming the argument, when the CUDA backend is asked for what it does not compute
+// yet: a gate other than GateForm::kSigmoid with A_log, or allow_neg_eigval (src/api/fwd.cpp). fwd
+// and decode return it before anything is launched; other backends always get Ok.
+Status cuda_gate_support(const ProblemParams& p);
+
 namespace cpu {
 // float64 per-token recurrence (src/cpu/reference.cpp): the oracle of fwd and decode.
 Status reference_fwd(const HostRun& run);

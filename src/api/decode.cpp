@@ -13,6 +13,8 @@ Status decode(const DecodeParams& params, cudaStream_t stream) {
   HostRun run{p, p.state, p.state_dtype, p.state, p.state_dtype, {}, nullptr, DType::kNone};
   Status s = check(p, &run.idx);
   if (!s.ok()) return s;
+  s = cuda_gate_support(p);
+  if (!s.ok()) return s;
   switch (p.backend) {
     case Backend::kCpuReference: return cpu::reference_fwd(run);
     case Backend::kCpu: return cpu::recurrent_fwd(run);

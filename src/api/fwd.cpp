@@ -9,12 +9,31 @@ size_t workspace_size(const FwdParams& p) { return p.backend == Backend::kCuda ?
 
 bool cuda_available() { return cuda::available(); }
 
+Status cuda_gate_support(const ProblemParams& p) {
+  if (p.backend != Backend::kCuda) return Status::Ok();
+  // The CUDA kernels compute the bounded sigmoid gate from A_log and beta = sigmoid(logit) only; the
+  // other forms run on the CPU backends (docs/spec.md, "Gate forms").
+  if (p.gate != GateForm::kSigmoid)
+    return {StatusCode::kUnsupported,
+            "lower_bound: the softplus gate (GateForm::kSoftplus, lower_bound=None) is not supported by the CUDA "
+            "backend yet; use a CPU backend"};
+  if (p.A_log == nullptr)
+    return {StatusCode::kUnsupported,
+            "A_log: the gate without A_log is not supported by the CUDA backend yet (pass zeros: the same rate 1)"};
+  if (p.allow_neg_eigval)
+    return {StatusCode::kUnsupported,
+            "allow_neg_eigval: beta = 2 sigmoid(logit) is not supported by the CUDA backend yet; use a CPU backend"};
+  return Status::Ok();
+}
+
 Status fwd(const FwdParams& params, cudaStream_t stream) {
   FwdParams p = params;
   normalise(p);
   HostRun run{p,  p.initial_state,    p.initial_state_dtype,   p.final_state, p.final_state_dtype,
               {}, p.checkpoint_state, p.checkpoint_state_dtype};
   Status s = check(p, &run.idx);
+  if (!s.ok()) return s;
+  s = cuda_gate_support(p);
   if (!s.ok()) return s;
   switch (p.backend) {
     case Backend::kCpuReference: return cpu::reference_fwd(run);

@@ -150,13 +150,19 @@ float to_float(double x) {
 Status problem_params(const CallArgs& a, ProblemParams* p, int64_t* N) {
   const Named required[] = {{"q", &a.q},       {"k", &a.k},     {"v", &a.v},         {"g", &a.g},
                             {"beta", &a.beta}, {"out", &a.out}, {"A_log", &a.A_log}, {"dt_bias", &a.dt_bias}};
-  for (const Named& t : required)
-    if (!t.t->given) return {StatusCode::kTypeMismatch, cat(t.name, ": expected an array (got None)")};
+  for (const Named& t : required) {
+    // A_log may be None with a lower_bound (the sigmoid gate at rate 1; docs/spec.md, "Gate forms").
+    if (t.t == &a.A_log && a.has_lower_bound) continue;
+    if (!t.t->given)
+      return {StatusCode::kTypeMismatch,
+              cat(t.name, ": expected an array (got None)",
+                  t.t == &a.A_log ? "; the softplus gate (lower_bound=None) needs A_log" : "")};
+  }
 
   // ---- dtypes ----
   for (Named t : {Named{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"g", &a.g}, {"beta", &a.beta}, {"out", &a.out}})
     FLASH_KDA_RETURN_IF_ERROR(expect_dtype(t.name, *t.t, {DType::kBF16}));
-  FLASH_KDA_RETURN_IF_ERROR(expect_dtype("A_log", a.A_log, {DType::kF32}));
+  if (a.A_log.given) FLASH_KDA_RETURN_IF_ERROR(expect_dtype("A_log", a.A_log, {DType::kF32}));
   FLASH_KDA_RETURN_IF_ERROR(expect_dtype("dt_bias", a.dt_bias, {DType::kF32}));
   if (a.cu_seqlens.given)
     FLASH_KDA_RETURN_IF_ERROR(expect_dtype("cu_seqlens", a.cu_seqlens, {DType::kI64, DType::kI32}));
@@ -184,7 +190,8 @@ Status problem_params(const CallArgs& a, ProblemParams* p, int64_t* N) {
   FLASH_KDA_RETURN_IF_ERROR(
       expect_shape("beta", a.beta, {B, T, HV}, [&] { return cat("[B, T, HV] = [", B, ", ", T, ", ", HV, "]"); }));
   FLASH_KDA_RETURN_IF_ERROR(expect_shape("out", a.out, {B, T, HV, V}, "[B, T, HV, V] like v"));
-  FLASH_KDA_RETURN_IF_ERROR(expect_shape("A_log", a.A_log, {HV}, [&] { return cat("[HV] = [", HV, "]"); }));
+  if (a.A_log.given)
+    FLASH_KDA_RETURN_IF_ERROR(expect_shape("A_log", a.A_log, {HV}, [&] { return cat("[HV] = [", HV, "]"); }));
   if (!has_shape(a.dt_bias, {HV, K}) && !has_shape(a.dt_bias, {HV * K}))
     return invalid(cat("dt_bias: expected shape [HV, K] = [", HV, ", ", K, "] or [HV * K] = [", HV * K, "] (got ",
                        shape_text(a.dt_bias), ")"));
@@ -231,7 +238,12 @@ Status problem_params(const CallArgs& a, ProblemParams* p, int64_t* N) {
   p->A_log = static_cast<const float*>(a.A_log.data);
   p->dt_bias = static_cast<const float*>(a.dt_bias.data);
   p->scale = to_float(a.scale);
-  p->lower_bound = to_float(a.lower_bound);
+  if (a.has_lower_bound) {
+    p->lower_bound = to_float(a.lower_bound);
+  } else {
+    p->gate = GateForm::kSoftplus;
+  }
+  p->allow_neg_eigval = a.allow_neg_eigval;
   if (a.cu_seqlens.given) {
     p->cu_seqlens = a.cu_seqlens.data;
     p->cu_seqlens_dtype = a.cu_seqlens.dtype;

@@ -33,9 +33,11 @@ struct TensorArg {
 
 // The arguments fwd and decode share, as tensors, and the call's options.
 struct CallArgs {
-  TensorArg q, k, v, g, beta, out, A_log, dt_bias, cu_seqlens, cu_seqlens_cpu;
+  TensorArg q, k, v, g, beta, out, A_log, dt_bias, cu_seqlens, cu_seqlens_cpu;  // A_log may be absent (sigmoid gate)
   double scale = 0.0;
   double lower_bound = -5.0;
+  bool has_lower_bound = true;    // false (Python: lower_bound=None): GateForm::kSoftplus
+  bool allow_neg_eigval = false;  // beta = 2 sigmoid(logit)
   std::string backend = "auto";  // "auto" (where the tensors live), "cuda", "cpu", "reference"
   int cpu_threads = 0;
 };

@@ -384,7 +384,10 @@ Status check_problem(const ProblemParams& p, bool data_free) {
 
   // ---- scalars ----
   if (!std::isfinite(p.scale)) return invalid("scale: must be finite");
-  if (!(p.lower_bound >= -5.0f && p.lower_bound < 0.0f))
+  // ---- the gate's form (docs/spec.md, "Gate forms") ----
+  if (p.gate != GateForm::kSigmoid && p.gate != GateForm::kSoftplus)
+    return invalid(cat("gate: unknown GateForm value ", static_cast<int>(p.gate)));
+  if (p.gate == GateForm::kSigmoid && !(p.lower_bound >= -5.0f && p.lower_bound < 0.0f))
     return invalid(cat("lower_bound: must satisfy -5 <= lower_bound < 0 (got ", p.lower_bound, ")"));
 
   // ---- activations ----
@@ -402,9 +405,11 @@ Status check_problem(const ProblemParams& p, bool data_free) {
     FLASH_KDA_RETURN_IF_ERROR(check_no_self_overlap("out", p.out_strides, p.batch, p.seqlen, HV, p.head_dim_v));
   }
   if (!data_free) {
-    if (p.A_log == nullptr) return invalid("A_log: null pointer");
+    // Only the sigmoid gate may go without A_log (a rate of 1); the softplus gate has no other scale.
+    if (p.A_log == nullptr && p.gate == GateForm::kSoftplus)
+      return invalid("A_log: null pointer (the softplus gate, GateForm::kSoftplus / lower_bound=None, needs A_log)");
     if (p.dt_bias == nullptr) return invalid("dt_bias: null pointer");
-    if (!aligned(p.A_log, 4)) return invalid("A_log: pointer must be 4-byte aligned");
+    if (p.A_log && !aligned(p.A_log, 4)) return invalid("A_log: pointer must be 4-byte aligned");
     if (!aligned(p.dt_bias, 4)) return invalid("dt_bias: pointer must be 4-byte aligned");
   }
 

@@ -8,6 +8,10 @@
 //   O = Qt S0ᵀ + M U,   S_next = S0 Diag(E_L) + Uᵀ Kdec
 //
 // which equals the per-token recurrence in exact arithmetic (L = tokens in the chunk).
+//
+// The softplus gate (GateForm::kSoftplus) has no floor, so the factors exp(±G) above can overflow; its
+// chunks take prepare_unbounded() instead, which forms every decay factor as a product of per-token
+// factors in [0, 1] (see there). The sigmoid gate keeps the path above unchanged.
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -44,6 +48,8 @@ struct ChunkedScratch {
   std::vector<float> inter;        // [Kt; Qt] · S0ᵀ, 2C × Vp
   std::vector<float> u;            // U, C × Vp
   std::vector<float> o;            // one output row, Vp
+  std::vector<float> alpha;        // softplus gate: exp(a) of each token, C × Kp
+  std::vector<float> run_product;  // softplus gate: a running product of alphas, Kp
   float beta[kChunk];
 };
 
@@ -99,6 +105,10 @@ class HeadRunner {
     s_.o.resize(size_t(Vp_));
     std::copy(task.dt_bias, task.dt_bias + K_, s_.dt_bias.begin());
     std::fill(s_.dt_bias.begin() + K_, s_.dt_bias.end(), 0.0f);
+    if (softplus_) {
+      s_.alpha.resize(size_t(kChunk * Kp_));
+      s_.run_product.resize(size_t(Kp_));
+    }
   }
 
   FLASH_KDA_INLINE void run() {
@@ -115,8 +125,13 @@ class HeadRunner {
       L = std::min(kChunk, task_.length - t0);
       const bool due = next_checkpoint < task_.checkpoints.count;
       if (due) L = std::min(L, task_.checkpoint_end(next_checkpoint) - t0);
-      prepare(t0, L);
-      products();
+      if (softplus_) {
+        prepare_unbounded(t0, L);  // also forms intra
+        inter_products();
+      } else {
+        prepare(t0, L);
+        products();
+      }
       solve_and_output(t0, L);
       update_state(L);
       if (due && t0 + L == task_.checkpoint_end(next_checkpoint))
@@ -165,7 +180,7 @@ class HeadRunner {
       l2_normalise(k_row, Kp_, 1.0f);
       load_row(task_.q + t * task_.q_stride, K_, Kp_, q_row);
       l2_normalise(q_row, Kp_, p_.scale);
-      s_.beta[i] = sigmoid(bf16_to_float(task_.beta[t * task_.beta_stride]));
+      s_.beta[i] = beta_scale_ * sigmoid(bf16_to_float(task_.beta[t * task_.beta_stride]));
       load_row(task_.g + t * task_.g_stride, K_, Kp_, gate);
       for (int64_t c = 0; c < Kp_; c += W) {
         // a = lower_bound · sigmoid(exp(A_log) (g + dt_bias)); G += a; E = exp(G)
@@ -206,11 +221,117 @@ class HeadRunner {
     }
   }
 
+  // The chunk's operands under the softplus gate, a = -exp(A_log) softplus(g + dt_bias) without a
+  // floor: one token may decay a channel by e^-200 and a chunk by e^-1e4, where prepare()'s factors
+  // exp(G_t), 1/exp(G_s) and exp(G_t - G_m) overflow to Inf and meet zeros (Inf · 0 = NaN). Here no
+  // factor is a ratio or an exponential of a difference: with alpha_j = exp(a_j) in [0, 1] per token,
+  //   E_t = Π_{j<=t} alpha_j,   Kdec_s = k_s ⊙ Π_{s<j<L} alpha_j,
+  //   A[t,s] = Σ_c k_t k_s Π_{s<j<=t} alpha_j,   M[t,s] = the same with scale q_hat_t (s <= t),
+  // each product formed as a running product. A product of numbers in [0, 1] cannot overflow and has
+  // a relative error of at most one ulp per factor (no cancellation, unlike G_t - G_s of a large
+  // cumulative sum), so the chunk stays within the spec's tolerances whatever the decay. Factors
+  // below 1e-30 are flushed to 0: what they would add is below 1e-30 of the term they scale (fp32
+  // resolves 6e-8), and no denormal is ever multiplied. A and M are formed pair by pair (C(C+1)/2
+  // pairs of Kp-long products, about the cost of prepare()'s mid-referenced product); rows L..C-1
+  // are set up as in prepare().
+  FLASH_KDA_INLINE void prepare_unbounded(int64_t t0, int64_t L) {
+    const float gate_rate = std::exp(task_.A_log);
+    const Vec tiny = S::splat(1e-30f), zero{}, one = S::splat(1.0f);
+    auto flush = [&](Vec x) { return x < tiny ? zero : x; };
+    float* gate = s_.gate.data();
+    for (int64_t i = 0; i < kChunk; ++i) {
+      float* k_row = s_.k_hat.data() + i * Kp_;
+      float* q_row = s_.q_hat.data() + i * Kp_;
+      float* e_row = s_.decay.data() + i * Kp_;
+      float* a_row = s_.alpha.data() + i * Kp_;
+      if (i >= L) {
+        std::fill(k_row, k_row + Kp_, 0.0f);
+        std::fill(q_row, q_row + Kp_, 0.0f);
+        std::fill(e_row, e_row + Kp_, 1.0f);
+        std::fill(a_row, a_row + Kp_, 1.0f);
+        s_.beta[i] = 0.0f;
+        continue;
+      }
+      const int64_t t = t0 + i;
+      if (t + kChunk < task_.length) prefetch_token(t + kChunk);
+      load_row(task_.k + t * task_.k_stride, K_, Kp_, k_row);
+      l2_normalise(k_row, Kp_, 1.0f);
+      load_row(task_.q + t * task_.q_stride, K_, Kp_, q_row);
+      l2_normalise(q_row, Kp_, p_.scale);
+      s_.beta[i] = beta_scale_ * sigmoid(bf16_to_float(task_.beta[t * task_.beta_stride]));
+      load_row(task_.g + t * task_.g_stride, K_, Kp_, gate);
+      const float* e_prev = i > 0 ? s_.decay.data() + (i - 1) * Kp_ : nullptr;
+      for (int64_t c = 0; c < Kp_; c += W) {
+        const Vec x = S::load(gate + c) + S::load(s_.dt_bias.data() + c);
+        const Vec alpha = flush(S::exp(-gate_rate * S::softplus(x)));
+        S::store(a_row + c, alpha);
+        S::store(e_row + c, e_prev ? flush(S::load(e_prev + c) * alpha) : alpha);
+      }
+    }
+
+    // Kdec_s = k_s ⊙ Π_{s<j<L} alpha_j (backwards from the last token) and the transposed start
+    // operands [Kt; Qt] = [k_hat; q_hat] ⊙ E, as in prepare().
+    float* tail = s_.run_product.data();
+    std::fill(tail, tail + Kp_, 1.0f);
+    float* kq_start_t = s_.kq_start_t.data();
+    for (int64_t i = kChunk; i-- > 0;) {
+      const float* k_row = s_.k_hat.data() + i * Kp_;
+      const float* q_row = s_.q_hat.data() + i * Kp_;
+      const float* e_row = s_.decay.data() + i * Kp_;
+      float* k_dec = s_.k_dec.data() + i * Kp_;
+      for (int64_t c = 0; c < Kp_; c += W) {
+        const Vec k = S::load(k_row + c), e = S::load(e_row + c);
+        if (i < L) {
+          S::store(k_dec + c, k * S::load(tail + c));
+          if (i > 0) S::store(tail + c, flush(S::load(tail + c) * S::load(s_.alpha.data() + i * Kp_ + c)));
+        } else {
+          S::store(k_dec + c, zero);
+        }
+        const Vec k_start = k * e, q_start = S::load(q_row + c) * e;
+        for (int j = 0; j < W; ++j) {
+          kq_start_t[(c + j) * 2 * kChunk + i] = k_start[j];
+          kq_start_t[(c + j) * 2 * kChunk + kChunk + i] = q_start[j];
+        }
+      }
+    }
+
+    // A[t,s] (s < t) and M[t,s] (s <= t): for each s, the running product P = Π_{s<j<=t} alpha_j.
+    float* product = s_.run_product.data();
+    for (int64_t s = 0; s < L; ++s) {
+      const float* k_s = s_.k_hat.data() + s * Kp_;
+      for (int64_t c = 0; c < Kp_; c += W) S::store(product + c, one);
+      for (int64_t t = s; t < L; ++t) {
+        const float* k_t = s_.k_hat.data() + t * Kp_;
+        const float* q_t = s_.q_hat.data() + t * Kp_;
+        const float* a_t = s_.alpha.data() + t * Kp_;
+        Vec acc_a{}, acc_m{};
+        for (int64_t c = 0; c < Kp_; c += W) {
+          Vec f = S::load(product + c);
+          if (t > s) {
+            f = flush(f * S::load(a_t + c));
+            S::store(product + c, f);
+          }
+          const Vec kf = S::load(k_s + c) * f;
+          acc_a += S::load(k_t + c) * kf;
+          acc_m += S::load(q_t + c) * kf;
+        }
+        if (t > s) s_.intra[size_t(t * kChunk + s)] = S::sum(acc_a);
+        s_.intra[size_t((kChunk + t) * kChunk + s)] = S::sum(acc_m);
+      }
+    }
+  }
+
+  // inter and intra (the sigmoid gate's chunk operands).
+  FLASH_KDA_INLINE void products() {
+    inter_products();
+    intra_products();
+  }
+
   // inter = [Kt; Qt] · S0ᵀ (2C × Vp) and intra = [Kt; Qt]_mid · Kbar_midᵀ (2C × C). Each pass holds 8
   // accumulator registers at any width: kRows rows of S share every load of [Kt; Qt], and intra
   // takes W/2 rows at once (with one row its two accumulator chains waited on the FMA latency). The
   // accumulators hold rows of S0 · [Kt; Qt]ᵀ; they are stored transposed so the solve reads inter by rows.
-  FLASH_KDA_INLINE void products() {
+  FLASH_KDA_INLINE void inter_products() {
     constexpr int kVecs = 2 * kChunk / W;  // vectors per row of S0 · [Kt; Qt]ᵀ
     const float* kq_start_t = s_.kq_start_t.data();
     for (int64_t r = 0; r < Vp_; r += kRows) {
@@ -227,7 +348,9 @@ class HeadRunner {
         for (int j = 0; j < kVecs; ++j)
           for (int lane = 0; lane < W; ++lane) s_.inter[size_t((j * W + lane) * Vp_ + r + i)] = acc[i][j][lane];
     }
+  }
 
+  FLASH_KDA_INLINE void intra_products() {
     constexpr int kIntraVecs = kChunk / W, kIntraRows = W / 2;
     const float* k_bar_mid_t = s_.k_bar_mid_t.data();
     for (int64_t i0 = 0; i0 < 2 * kChunk; i0 += kIntraRows) {
@@ -313,6 +436,8 @@ class HeadRunner {
   const HeadTask& task_;
   ChunkedScratch& s_;
   const int64_t K_, V_, Kp_, Vp_;
+  const bool softplus_ = p_.gate == GateForm::kSoftplus;
+  const float beta_scale_ = p_.allow_neg_eigval ? 2.0f : 1.0f;  // beta = 2 sigmoid(logit): exact doubling
 };
 
 }  // namespace

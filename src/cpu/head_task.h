@@ -32,7 +32,7 @@ struct HeadTask {
   const uint16_t* beta = nullptr;
   uint16_t* out = nullptr;
   int64_t q_stride = 0, k_stride = 0, v_stride = 0, g_stride = 0, beta_stride = 0, out_stride = 0;
-  float A_log = 0.0f;
+  float A_log = 0.0f;                   // 0 (a rate exp(0) = 1) when the problem has no A_log
   const float* dt_bias = nullptr;       // [K]
   const void* initial_state = nullptr;  // [V, K] slice, or null (zeros)
   void* final_state = nullptr;          // [V, K] slice, or null (not written)
@@ -64,7 +64,7 @@ inline HeadTask make_head_task(const HostRun& run, int64_t n, int64_t hv) {
   HeadTask t;
   const SeqRange range = sequence_range(p, run.idx, n);
   t.length = range.end - range.begin;
-  t.A_log = p.A_log[hv];
+  t.A_log = p.A_log ? p.A_log[hv] : 0.0f;  // no A_log (GateForm::kSigmoid only): rate exp(0) = 1 exactly
   t.dt_bias = p.dt_bias + hv * K;
   if (t.length > 0) {
     auto at = [&](const void* base, const ActStrides& s, int64_t head) {

@@ -74,12 +74,24 @@ class DecodeRunner {
     const uint16_t* g = task_.g + t * task_.g_stride;
     for (int64_t c = 0; c < K_; ++c) alpha[c] = bf16_to_float(g[c]);
     const float gate_rate = std::exp(task_.A_log);
-    for (int64_t c = 0; c < Kp_; c += W) {
-      // alpha = exp(lower_bound · sigmoid(exp(A_log) (g + dt_bias))); the padding columns meet zero keys.
-      const Vec z = (S::load(alpha + c) + S::load(s_.dt_bias.data() + c)) * gate_rate;
-      S::store(alpha + c, S::exp(p_.lower_bound / (1.0f + S::exp(-z))));
+    if (p_.gate == GateForm::kSoftplus) {
+      for (int64_t c = 0; c < Kp_; c += W) {
+        // alpha = exp(-exp(A_log) softplus(g + dt_bias)): no floor. A factor below 1e-30 is taken as
+        // 0 (a token may decay a channel to exactly 0; what it would keep is below fp32's resolution),
+        // so no denormal is multiplied; no number gives 0 · Inf or NaN.
+        const Vec x = S::load(alpha + c) + S::load(s_.dt_bias.data() + c);
+        const Vec a = S::exp(-gate_rate * S::softplus(x));
+        S::store(alpha + c, a < 1e-30f ? Vec{} : a);
+      }
+    } else {
+      for (int64_t c = 0; c < Kp_; c += W) {
+        // alpha = exp(lower_bound · sigmoid(exp(A_log) (g + dt_bias))); the padding columns meet zero keys.
+        const Vec z = (S::load(alpha + c) + S::load(s_.dt_bias.data() + c)) * gate_rate;
+        S::store(alpha + c, S::exp(p_.lower_bound / (1.0f + S::exp(-z))));
+      }
     }
-    const float beta = sigmoid(bf16_to_float(task_.beta[t * task_.beta_stride]));
+    // allow_neg_eigval: beta = 2 sigmoid(logit) (an exact doubling).
+    const float beta = (p_.allow_neg_eigval ? 2.0f : 1.0f) * sigmoid(bf16_to_float(task_.beta[t * task_.beta_stride]));
     Vec kq_acc{};
     for (int64_t c = 0; c < Kp_; c += W) kq_acc += S::load(k_hat + c) * S::load(q_tilde + c);
     const float kq = S::sum(kq_acc);

@@ -17,6 +17,9 @@ struct ReferenceScratch {
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
+// log(1 + e^x) without overflow: x + log1p(e^-x) for x > 0.
+double softplus(double x) { return x > 0.0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }
+
 // x / sqrt(sum x^2 + 1e-6): the eps sits inside the root, so an all-zero vector stays zero.
 void l2_normalise(const uint16_t* x, int64_t n, double* x_hat) {
   double sum_sq = 0.0;
@@ -44,16 +47,20 @@ void run_head(const HostRun& run, const HeadTask& task, ReferenceScratch& scratc
 
   const double gate_rate = std::exp(double(task.A_log));
   const double lower_bound = p.lower_bound, scale = p.scale;
+  const bool softplus_gate = p.gate == GateForm::kSoftplus;
+  const double beta_scale = p.allow_neg_eigval ? 2.0 : 1.0;  // beta = 2 sigmoid(logit) with negative eigenvalues
   int64_t next_checkpoint = 0;  // the next checkpoint (column) due
   for (int64_t t = 0; t < task.length; ++t) {
     l2_normalise(task.q + t * task.q_stride, K, q_hat);
     l2_normalise(task.k + t * task.k_stride, K, k_hat);
     const uint16_t* g = task.g + t * task.g_stride;
     for (int64_t c = 0; c < K; ++c) {
-      const double a = lower_bound * sigmoid(gate_rate * (double(bf16_to_float(g[c])) + task.dt_bias[c]));
+      const double x = double(bf16_to_float(g[c])) + task.dt_bias[c];
+      // docs/spec.md, "Gate forms". The softplus gate has no floor: a may be -inf (alpha = 0).
+      const double a = softplus_gate ? -gate_rate * softplus(x) : lower_bound * sigmoid(gate_rate * x);
       alpha[c] = std::exp(a);
     }
-    const double beta = sigmoid(bf16_to_float(task.beta[t * task.beta_stride]));
+    const double beta = beta_scale * sigmoid(bf16_to_float(task.beta[t * task.beta_stride]));
     const uint16_t* v = task.v + t * task.v_stride;
     uint16_t* out = task.out + t * task.out_stride;
 

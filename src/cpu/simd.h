@@ -79,6 +79,34 @@ struct Simd {
     std::memcpy(&two_n, &bits, sizeof two_n);
     return y * two_n;
   }
+
+  // log(1 + e^x) (the softplus gate), within a few ulp for every x; NaN stays NaN and +Inf stays
+  // +Inf. Written as max(x, 0) + log1p(y) with y = e^-|x| in (0, 1]: log(u) of u = 1 + y in [1, 2]
+  // comes from the reduction u = 2^e m with m in [sqrt(1/2), sqrt(2)] (e = 0 or 1, exact) and the
+  // Cephes logf polynomial in m - 1; log1p(y) = log(u) · y / (u - 1) then corrects the rounding of
+  // 1 + y (and is y where u rounds to 1). For x < -87 the result is e^-87 instead of e^x (exp's
+  // clamp): a difference below 2e-38.
+  static FLASH_KDA_INLINE Vec softplus(Vec x) {
+    const Vec abs_x = x < 0.0f ? -x : x;
+    const Vec y = exp(-abs_x);
+    const Vec u = 1.0f + y;
+    const Vec high = u > 1.41421356f ? splat(1.0f) : splat(0.0f);  // the exponent e
+    const Vec z = (high > 0.0f ? u * 0.5f : u) - 1.0f;
+    Vec p = splat(7.0376836292e-2f);
+    p = p * z - 1.1514610310e-1f;
+    p = p * z + 1.1676998740e-1f;
+    p = p * z - 1.2420140846e-1f;
+    p = p * z + 1.4249322787e-1f;
+    p = p * z - 1.6668057665e-1f;
+    p = p * z + 2.0000714765e-1f;
+    p = p * z - 2.4999993993e-1f;
+    p = p * z + 3.3333331174e-1f;
+    const Vec z2 = z * z;
+    const Vec log_u = ((p * z * z2 - 0.5f * z2) + z) + high * 0.693147181f;
+    const Vec d = u - 1.0f;
+    const Vec log1p_y = d == 0.0f ? y : log_u * (y / (d == 0.0f ? splat(1.0f) : d));
+    return (x > 0.0f ? x : splat(0.0f)) + log1p_y;
+  }
 };
 
 // Whether the 8-wide AVX2 + FMA kernels should run: the CPU has them and FLASH_KDA_CPU_ISA is not

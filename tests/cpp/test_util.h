@@ -95,6 +95,9 @@ struct Config {
   bool has_initial = true;
   bool has_final = true;
   float lower_bound = -5.0f;
+  GateForm gate = GateForm::kSigmoid;  // kSoftplus: the unbounded gate (lower_bound unused)
+  bool has_A_log = true;               // false: A_log null (the sigmoid gate at rate 1)
+  bool allow_neg_eigval = false;       // beta = 2 sigmoid(logit)
   float g_offset = 0.0f;  // added to every gate logit (large positive: strong decay)
   float v_factor = 1.0f;  // multiplies every value (large |v|)
 };
@@ -188,10 +191,12 @@ struct Problem {
     p.v = v.data();
     p.g = g.data();
     p.beta = beta.data();
-    p.A_log = A_log.data();
+    p.A_log = cfg.has_A_log ? A_log.data() : nullptr;
     p.dt_bias = dt_bias.data();
     p.scale = scale;
     p.lower_bound = cfg.lower_bound;
+    p.gate = cfg.gate;
+    p.allow_neg_eigval = cfg.allow_neg_eigval;
     p.out = out;
     p.initial_state = initial_state.empty() ? nullptr : initial_state.data();
     p.final_state = final_state;
@@ -328,10 +333,18 @@ inline NaiveResult naive_forward(const Problem& pb, bool keep_token_states = fal
         for (int64_t c = 0; c < K; ++c) {
           q_hat.push_back(q(c) / q_norm);
           k_hat.push_back(k(c) / k_norm);
-          const double rate = std::exp(double(pb.A_log[size_t(hv)]));
-          alpha.push_back(std::exp(pb.cfg.lower_bound * sigmoid(rate * (g(c) + pb.dt_bias[size_t(hv * K + c)]))));
+          // docs/spec.md, "Gate forms": no A_log is a rate of 1; the softplus gate has no floor.
+          const double rate = pb.cfg.has_A_log ? std::exp(double(pb.A_log[size_t(hv)])) : 1.0;
+          const double x = g(c) + pb.dt_bias[size_t(hv * K + c)];
+          if (pb.cfg.gate == GateForm::kSoftplus) {
+            const double softplus = x > 30.0 ? x + std::exp(-x) : std::log(1.0 + std::exp(x));
+            alpha.push_back(std::exp(-rate * softplus));
+          } else {
+            alpha.push_back(std::exp(pb.cfg.lower_bound * sigmoid(rate * x)));
+          }
         }
-        const double beta = sigmoid(double(bf16_to_float(pb.beta[size_t(token * HV + hv)])));
+        const double beta = (pb.cfg.allow_neg_eigval ? 2.0 : 1.0) *
+                            sigmoid(double(bf16_to_float(pb.beta[size_t(token * HV + hv)])));
         for (int64_t r = 0; r < V; ++r)
           for (int64_t c = 0; c < K; ++c) S[r * K + c] *= alpha[size_t(c)];
         for (int64_t r = 0; r < V; ++r)

@@ -97,7 +97,18 @@ std::vector<BadCase> bad_cases() {
       {"LowerBoundZero", kInvalid, "lower_bound", [](FwdParams& p) { p.lower_bound = 0.0f; }},
       {"LowerBoundPositive", kInvalid, "lower_bound", [](FwdParams& p) { p.lower_bound = 0.5f; }},
       {"LowerBoundNan", kInvalid, "lower_bound", [](FwdParams& p) { p.lower_bound = std::nanf(""); }},
-      {"ALogNull", kInvalid, "A_log", [](FwdParams& p) { p.A_log = nullptr; }},
+      // A null A_log is the sigmoid gate at rate 1 (docs/spec.md, "Gate forms"); the softplus gate needs it.
+      {"ALogNullWithSoftplusGate", kInvalid, "A_log",
+       [](FwdParams& p) {
+         p.A_log = nullptr;
+         p.gate = GateForm::kSoftplus;
+       }},
+      {"GateFormUnknown", kInvalid, "gate", [](FwdParams& p) { p.gate = static_cast<GateForm>(-1); }},
+      {"LowerBoundOutOfRangeWithoutALog", kInvalid, "lower_bound",
+       [](FwdParams& p) {
+         p.A_log = nullptr;
+         p.lower_bound = -5.5f;
+       }},
       {"DtBiasNull", kInvalid, "dt_bias", [](FwdParams& p) { p.dt_bias = nullptr; }},
       {"OutOverlapsItself", kInvalid, "out", [](FwdParams& p) { p.out_strides.head = 1; }},
       {"OutTokensOverlap", kInvalid, "out",

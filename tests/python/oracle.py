@@ -25,12 +25,14 @@ def spans_of(B, T, cu_seqlens=None):
 
 
 def recurrence(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial=None, cu_seqlens=None,
-               token_states=False):
+               token_states=False, allow_neg_eigval=False):
     """(out [B, T, HV, V], final [N, HV, V, K]) of the recurrence; `initial` [N, HV, V, K] or None.
     Value head hv reads q/k head hv // (HV // H) (docs/spec.md, GVA). With token_states, a third
-    value: the state after every token, [B, T, HV, V, K]."""
+    value: the state after every token, [B, T, HV, V, K]. Gate forms (docs/spec.md, "Gate forms"):
+    lower_bound None is the softplus gate, A_log None a rate of 1, allow_neg_eigval beta = 2 sigmoid."""
     q, k, v, g, beta = (f64(x) for x in (q, k, v, g, beta))
-    A_log, dt_bias = f64(A_log), f64(dt_bias)
+    dt_bias = f64(dt_bias)
+    A_log = None if A_log is None else f64(A_log)
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     dt_bias = dt_bias.reshape(HV, K)
@@ -45,9 +47,14 @@ def recurrence(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial=Non
             for t in range(begin, end):
                 q_hat = q[row, t, h] / np.sqrt(np.dot(q[row, t, h], q[row, t, h]) + 1e-6)
                 k_hat = k[row, t, h] / np.sqrt(np.dot(k[row, t, h], k[row, t, h]) + 1e-6)
-                z = np.exp(A_log[hv]) * (g[row, t, hv] + dt_bias[hv])
-                a = lower_bound / (1.0 + np.exp(-z))
-                b = 1.0 / (1.0 + np.exp(-beta[row, t, hv]))
+                rate = 1.0 if A_log is None else np.exp(A_log[hv])
+                x = g[row, t, hv] + dt_bias[hv]
+                if lower_bound is None:
+                    # softplus(x) = log(1 + e^x), written as max(x, 0) + log(1 + e^-|x|)
+                    a = -rate * (np.maximum(x, 0.0) + np.log(1.0 + np.exp(-np.abs(x))))
+                else:
+                    a = lower_bound / (1.0 + np.exp(-rate * x))
+                b = (2.0 if allow_neg_eigval else 1.0) / (1.0 + np.exp(-beta[row, t, hv]))
                 S = S * np.exp(a)[None, :]
                 S = S + b * np.outer(v[row, t, hv] - S @ k_hat, k_hat)
                 out[row, t, hv] = scale * (S @ q_hat)

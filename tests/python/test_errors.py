@@ -67,7 +67,9 @@ ERRORS = [
     ("cu_seqlens-int16", _astype("cu_seqlens", np.int16), TypeError, "cu_seqlens"),
     ("q-list", lambda x: {"q": x["q"].tolist()}, TypeError, "q"),
     ("scale-str", lambda x: {"scale": "0.1"}, TypeError, "scale"),
-    ("lower_bound-None", lambda x: {"lower_bound": None}, TypeError, "lower_bound"),
+    ("lower_bound-str", lambda x: {"lower_bound": "-5"}, TypeError, "lower_bound"),
+    # lower_bound=None is the softplus gate (docs/spec.md, "Gate forms"), which needs A_log
+    ("A_log-None-softplus", lambda x: {"lower_bound": None, "A_log": None}, TypeError, "A_log"),
     # shapes
     ("q-rank3", _reshape("q", (B, T, H * K)), ValueError, "q"),
     ("k-short", _reshape("k", (B, T - 1, H, K)), ValueError, "k"),

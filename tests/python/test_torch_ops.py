@@ -193,9 +193,6 @@ UNSUPPORTED = [
     ("use_qk_l2norm_in_kernel", dict(use_qk_l2norm_in_kernel=False)),
     ("use_gate_in_kernel", dict(use_gate_in_kernel=False)),
     ("use_beta_sigmoid_in_kernel", dict(use_beta_sigmoid_in_kernel=False)),
-    ("allow_neg_eigval", dict(allow_neg_eigval=True)),
-    ("safe_gate", dict(safe_gate=False)),
-    ("lower_bound", dict(lower_bound=None)),
     ("return_intermediate_states", dict(return_intermediate_states=True)),
     ("cp_context", dict(cp_context=object())),
 ]
@@ -206,6 +203,14 @@ def test_chunk_kda_unsupported_options_raise(rng, name, kw):
     t = to_torch(make_problem(rng, B=1, T=8, H=1))
     with torch.inference_mode(), pytest.raises(NotImplementedError, match=rf"^{name}: "):
         chunk(t, **kw)
+
+
+def test_chunk_kda_safe_gate_needs_a_lower_bound(rng):
+    """fla's safe gate is the bounded one: safe_gate=True without a lower_bound is an error (the
+    softplus gate of lower_bound=None is asked for with safe_gate=False, fla's default)."""
+    t = to_torch(make_problem(rng, B=1, T=8, H=1))
+    with torch.inference_mode(), pytest.raises(ValueError, match=r"^safe_gate: "):
+        chunk(t, safe_gate=True, lower_bound=None)
 
 
 BAD_CHUNK_CALLS = [

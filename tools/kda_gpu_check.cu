@@ -515,6 +515,11 @@ int g_failures = 0;
 constexpr double kTolOut = 2.5e-3, kTolStateF32 = 1.5e-3, kTolStateBF16 = 3e-3;
 constexpr double kTolDecodeOut = 5e-4, kTolDecodeStateF32 = 1e-5, kTolDecodeStateBF16 = 2e-4;
 constexpr double kTolStress = 1e-2;  // docs/spec.md: nearly collinear keys
+// A relative L2 error over few values varies from draw to draw: "T=1 B=3 H=2 no state" (768
+// outputs, each its bf16 rounding plus one tf32 product) measured 1.0e-3 to 2.7e-3 on the same build.
+// Below kFewOutputs values the forward's out is held to docs/spec.md's limit instead.
+constexpr size_t kFewOutputs = 4096;
+constexpr double kTolOutFew = 4e-3;
 
 void report(const char* what, const std::string& name, double e_out, double e_state, bool written, double tol_out,
             double tol_state) {
@@ -1196,7 +1201,8 @@ int run_checks() {
   for (const Case& c : edge_cases()) {
     const Host h = make_inputs(c);
     const Result ref = run_backend(c, h, Backend::kCpuReference, nullptr);
-    const double tol_out = c.collinear ? kTolStress : kTolOut;
+    const size_t outputs = size_t(h.B * h.T * h.HV) * D;
+    const double tol_out = c.collinear ? kTolStress : outputs < kFewOutputs ? kTolOutFew : kTolOut;
     const double tol_state = c.collinear                               ? kTolStress
                              : (c.state == DType::kF32 || c.final_f32) ? kTolStateF32
                                                                        : kTolStateBF16;

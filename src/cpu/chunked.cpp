@@ -154,6 +154,28 @@ class HeadRunner {
     for (int64_t c = 0; c < V_; c += kLine) __builtin_prefetch(task_.v + t * task_.v_stride + c);
   }
 
+  // Row i of a chunk past the sequence's end: k = q = 0, beta = 0, no decay.
+  FLASH_KDA_INLINE void pad_token(int64_t i) {
+    std::fill(s_.k_hat.data() + i * Kp_, s_.k_hat.data() + (i + 1) * Kp_, 0.0f);
+    std::fill(s_.q_hat.data() + i * Kp_, s_.q_hat.data() + (i + 1) * Kp_, 0.0f);
+    std::fill(s_.decay.data() + i * Kp_, s_.decay.data() + (i + 1) * Kp_, 1.0f);
+    s_.beta[i] = 0.0f;
+  }
+
+  // Token t into row i of the chunk: k and q L2-normalised (q with the scale), beta, and the raw
+  // gate row into `gate`.
+  FLASH_KDA_INLINE void load_token(int64_t i, int64_t t, float* gate) {
+    float* k_row = s_.k_hat.data() + i * Kp_;
+    float* q_row = s_.q_hat.data() + i * Kp_;
+    if (t + kChunk < task_.length) prefetch_token(t + kChunk);
+    load_row(task_.k + t * task_.k_stride, K_, Kp_, k_row);
+    l2_normalise(k_row, Kp_, 1.0f);
+    load_row(task_.q + t * task_.q_stride, K_, Kp_, q_row);
+    l2_normalise(q_row, Kp_, p_.scale);
+    s_.beta[i] = beta_scale_ * sigmoid(bf16_to_float(task_.beta[t * task_.beta_stride]));
+    load_row(task_.g + t * task_.g_stride, K_, Kp_, gate);
+  }
+
   // Normalised keys and queries, cumulative gates and every decayed operand of the chunk. Rows L..C-1
   // (a partial last chunk) get zero keys and queries and unit decay so the fixed-width products below
   // stay finite; they are never read back.
@@ -164,24 +186,12 @@ class HeadRunner {
     float* gate_sum = s_.gate_sum.data();
     std::fill(gate_sum, gate_sum + Kp_, 0.0f);
     for (int64_t i = 0; i < kChunk; ++i) {
-      float* k_row = s_.k_hat.data() + i * Kp_;
-      float* q_row = s_.q_hat.data() + i * Kp_;
       float* e_row = s_.decay.data() + i * Kp_;
       if (i >= L) {
-        std::fill(k_row, k_row + Kp_, 0.0f);
-        std::fill(q_row, q_row + Kp_, 0.0f);
-        std::fill(e_row, e_row + Kp_, 1.0f);
-        s_.beta[i] = 0.0f;
+        pad_token(i);
         continue;
       }
-      const int64_t t = t0 + i;
-      if (t + kChunk < task_.length) prefetch_token(t + kChunk);
-      load_row(task_.k + t * task_.k_stride, K_, Kp_, k_row);
-      l2_normalise(k_row, Kp_, 1.0f);
-      load_row(task_.q + t * task_.q_stride, K_, Kp_, q_row);
-      l2_normalise(q_row, Kp_, p_.scale);
-      s_.beta[i] = beta_scale_ * sigmoid(bf16_to_float(task_.beta[t * task_.beta_stride]));
-      load_row(task_.g + t * task_.g_stride, K_, Kp_, gate);
+      load_token(i, t0 + i, gate);
       for (int64_t c = 0; c < Kp_; c += W) {
         // a = lower_bound · sigmoid(exp(A_log) (g + dt_bias)); G += a; E = exp(G)
         const Vec z = (S::load(gate + c) + S::load(s_.dt_bias.data() + c)) * gate_rate;
@@ -240,26 +250,14 @@ class HeadRunner {
     auto flush = [&](Vec x) { return x < tiny ? zero : x; };
     float* gate = s_.gate.data();
     for (int64_t i = 0; i < kChunk; ++i) {
-      float* k_row = s_.k_hat.data() + i * Kp_;
-      float* q_row = s_.q_hat.data() + i * Kp_;
       float* e_row = s_.decay.data() + i * Kp_;
       float* a_row = s_.alpha.data() + i * Kp_;
       if (i >= L) {
-        std::fill(k_row, k_row + Kp_, 0.0f);
-        std::fill(q_row, q_row + Kp_, 0.0f);
-        std::fill(e_row, e_row + Kp_, 1.0f);
+        pad_token(i);
         std::fill(a_row, a_row + Kp_, 1.0f);
-        s_.beta[i] = 0.0f;
         continue;
       }
-      const int64_t t = t0 + i;
-      if (t + kChunk < task_.length) prefetch_token(t + kChunk);
-      load_row(task_.k + t * task_.k_stride, K_, Kp_, k_row);
-      l2_normalise(k_row, Kp_, 1.0f);
-      load_row(task_.q + t * task_.q_stride, K_, Kp_, q_row);
-      l2_normalise(q_row, Kp_, p_.scale);
-      s_.beta[i] = beta_scale_ * sigmoid(bf16_to_float(task_.beta[t * task_.beta_stride]));
-      load_row(task_.g + t * task_.g_stride, K_, Kp_, gate);
+      load_token(i, t0 + i, gate);
       const float* e_prev = i > 0 ? s_.decay.data() + (i - 1) * Kp_ : nullptr;
       for (int64_t c = 0; c < Kp_; c += W) {
         const Vec x = S::load(gate + c) + S::load(s_.dt_bias.data() + c);

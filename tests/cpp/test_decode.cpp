@@ -76,42 +76,6 @@ std::vector<int32_t> distinct_slots(int64_t count, int64_t P, std::mt19937_64& r
   return all;
 }
 
-// Decode parameters for the problem's inputs (contiguous, strides filled), the pool and its indices.
-DecodeParams decode_params(const Problem& pb, Backend backend, void* out, StateBuffer& pool, int64_t P,
-                           const int32_t* indices, int64_t slots_per_seq = 1, const int32_t* accepted = nullptr) {
-  DecodeParams d;
-  d.batch = pb.cfg.batch;
-  d.seqlen = pb.T;
-  d.heads = pb.cfg.heads;
-  d.heads_v = pb.cfg.heads_v;
-  d.head_dim_k = pb.K;
-  d.head_dim_v = pb.V;
-  d.q = pb.q.data();
-  d.k = pb.k.data();
-  d.v = pb.v.data();
-  d.g = pb.g.data();
-  d.beta = pb.beta.data();
-  d.A_log = pb.A_log.data();
-  d.dt_bias = pb.dt_bias.data();
-  d.scale = pb.scale;
-  d.lower_bound = pb.cfg.lower_bound;
-  d.out = out;
-  d.state = pool.data();
-  d.state_dtype = pool.dtype;
-  d.pool_size = P;
-  d.state_indices = indices;
-  d.slots_per_seq = slots_per_seq;
-  d.num_accepted_tokens = accepted;
-  if (!pb.cfg.seq_lens.empty()) {
-    d.cu_seqlens_dtype = pb.cfg.cu_seqlens_dtype;
-    d.cu_seqlens = pb.cfg.cu_seqlens_dtype == DType::kI32 ? static_cast<const void*>(pb.cu32.data()) : pb.cu64.data();
-    d.num_seqs = pb.N;
-  }
-  d.backend = backend;
-  fill_contiguous_strides(d);
-  return d;
-}
-
 std::vector<double> bf16_to_double(const std::vector<uint16_t>& x) {
   std::vector<double> r(x.size());
   for (size_t i = 0; i < x.size(); ++i) r[i] = bf16_to_float(x[i]);

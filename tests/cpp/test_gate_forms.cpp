@@ -233,40 +233,6 @@ TEST_F(ExtremeGates, RandomMixture) {
 
 // ---- decode (the per-token recurrence) and pools -------------------------------------------------
 
-DecodeParams decode_for(const Problem& pb, Backend backend, void* out, StateBuffer& pool, int64_t P,
-                        const int32_t* slots) {
-  DecodeParams d;
-  d.batch = pb.cfg.batch;
-  d.seqlen = pb.T;
-  d.heads = pb.cfg.heads;
-  d.heads_v = pb.cfg.heads_v;
-  d.head_dim_k = pb.K;
-  d.head_dim_v = pb.V;
-  d.q = pb.q.data();
-  d.k = pb.k.data();
-  d.v = pb.v.data();
-  d.g = pb.g.data();
-  d.beta = pb.beta.data();
-  d.A_log = pb.cfg.has_A_log ? pb.A_log.data() : nullptr;
-  d.dt_bias = pb.dt_bias.data();
-  d.scale = pb.scale;
-  d.lower_bound = pb.cfg.lower_bound;
-  d.gate = pb.cfg.gate;
-  d.allow_neg_eigval = pb.cfg.allow_neg_eigval;
-  d.out = out;
-  d.state = pool.data();
-  d.state_dtype = pool.dtype;
-  d.pool_size = P;
-  d.state_indices = slots;
-  if (!pb.cfg.seq_lens.empty()) {
-    d.cu_seqlens_dtype = pb.cfg.cu_seqlens_dtype;
-    d.cu_seqlens = pb.cu64.data();
-    d.num_seqs = pb.N;
-  }
-  d.backend = backend;
-  return d;
-}
-
 class GateFormsPool : public SeededTest, public ::testing::WithParamInterface<int> {
  protected:
   const Form& form() const { return kForms[GetParam()]; }
@@ -296,7 +262,7 @@ TEST_P(GateFormsPool, DecodeAgainstNaive) {
         std::copy_n(pb.initial_state.f32.begin() + n * per, per, pool.f32.begin() + slots[size_t(n)] * per);
     const StateBuffer before = pool;
     std::vector<uint16_t> out(size_t(pb.out_count()), kPoisonBf16);
-    const Status s = decode(decode_for(pb, b, out.data(), pool, P, slots.data()));
+    const Status s = decode(decode_params(pb, b, out.data(), pool, P, slots.data()));
     ASSERT_TRUE(s.ok()) << s.message;
     std::vector<double> got_out, want_out, got_state, want_state;
     for (int64_t n = 0; n < pb.N; ++n) {
@@ -439,7 +405,7 @@ TEST_F(GateFormErrors, DecodeSoftplusNeedsALog) {
   const StateBuffer before = pool;
   std::vector<uint16_t> out(size_t(pb.out_count()), kPoisonBf16);
   const std::vector<int32_t> slots = {0};
-  DecodeParams d = decode_for(pb, Backend::kCpu, out.data(), pool, 1, slots.data());
+  DecodeParams d = decode_params(pb, Backend::kCpu, out.data(), pool, 1, slots.data());
   d.gate = GateForm::kSoftplus;
   d.A_log = nullptr;
   const Status s = decode(d);
@@ -480,7 +446,7 @@ TEST_F(GateFormErrors, CudaRefusesTheNewForms) {
     dc.seqlen = 1;
     const Problem dpb(dc, rng_);
     const std::vector<int32_t> slots = {0};
-    DecodeParams d = decode_for(dpb, Backend::kCuda, out.data(), pool, 1, slots.data());
+    DecodeParams d = decode_params(dpb, Backend::kCuda, out.data(), pool, 1, slots.data());
     w.edit(d);
     const Status ds = decode(d);
     EXPECT_EQ(int(ds.code), int(StatusCode::kUnsupported)) << ds.message;

@@ -363,4 +363,43 @@ inline NaiveResult naive_forward(const Problem& pb, bool keep_token_states = fal
   return res;
 }
 
+// Decode parameters for the problem's inputs (contiguous, strides filled), the pool and its indices.
+inline DecodeParams decode_params(const Problem& pb, Backend backend, void* out, StateBuffer& pool, int64_t P,
+                           const int32_t* indices, int64_t slots_per_seq = 1, const int32_t* accepted = nullptr) {
+  DecodeParams d;
+  d.batch = pb.cfg.batch;
+  d.seqlen = pb.T;
+  d.heads = pb.cfg.heads;
+  d.heads_v = pb.cfg.heads_v;
+  d.head_dim_k = pb.K;
+  d.head_dim_v = pb.V;
+  d.q = pb.q.data();
+  d.k = pb.k.data();
+  d.v = pb.v.data();
+  d.g = pb.g.data();
+  d.beta = pb.beta.data();
+  d.A_log = pb.cfg.has_A_log ? pb.A_log.data() : nullptr;
+  d.dt_bias = pb.dt_bias.data();
+  d.scale = pb.scale;
+  d.lower_bound = pb.cfg.lower_bound;
+  d.gate = pb.cfg.gate;
+  d.allow_neg_eigval = pb.cfg.allow_neg_eigval;
+  d.out = out;
+  d.state = pool.data();
+  d.state_dtype = pool.dtype;
+  d.pool_size = P;
+  d.state_indices = indices;
+  d.slots_per_seq = slots_per_seq;
+  d.num_accepted_tokens = accepted;
+  if (!pb.cfg.seq_lens.empty()) {
+    d.cu_seqlens_dtype = pb.cfg.cu_seqlens_dtype;
+    d.cu_seqlens = pb.cfg.cu_seqlens_dtype == DType::kI32 ? static_cast<const void*>(pb.cu32.data()) : pb.cu64.data();
+    d.num_seqs = pb.N;
+  }
+  d.backend = backend;
+  fill_contiguous_strides(d);
+  return d;
+}
+
+
 }  // namespace flash_kda::test

@@ -175,11 +175,14 @@ def fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state
 
     # The true start states of the pieces that entered from the previous rank: compose the ranks
     # before this one, S <- S P + R for each that carried the sequence.
+    ids = [[int(x) for x in g_[:, 0].tolist()] for g_ in gathered[:rank]]  # one host copy each
+
     def entering_state(n):
         s = torch.zeros(HV, V, K, **f32)
         for r_ in range(rank):
-            for row in gathered[r_]:
-                if int(row[0].item()) == n:
+            for slot, seq in enumerate(ids[r_]):
+                if seq == n:
+                    row = gathered[r_][slot]
                     r = row[1:1 + HV * V * K].reshape(HV, V, K)
                     p = row[1 + HV * V * K:].reshape(HV, K, K)
                     s = torch.bmm(s, p) + r

@@ -1612,6 +1612,11 @@ int run_bench_decode(int reps, const char* json_path, const std::vector<std::str
 }  // namespace
 
 int main(int argc, char** argv) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("%s: no CUDA device, nothing checked (exit 77: skipped)\n", argv[0]);
+    return 77;
+  }
   // --plans a,b,c (anywhere): the forward plans check and bench run (default: auto).
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {

@@ -221,6 +221,10 @@ struct KdaConsumer {
           for (int r = 0; r < 4; ++r) xq[n][r] *= a.scale;
       }
 
+      // The decay of step 4, S Diag(gamma), needs nothing of U: done here, it overlaps step 2
+      // instead of following U's range check.
+      decay(st, S);
+
       // step 2: U^T = xk (-T)^T
       float u[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
@@ -251,7 +255,7 @@ struct KdaConsumer {
           }
       }
 
-      // step 4: S = S Diag(gamma) + U^T k_dec
+      // step 4: S = S Diag(gamma) + U^T k_dec (S is already decayed)
       done = false;
       if constexpr (View::kHalfProducts) done = update_f16(st, S, u);
       if (!done) update_tf32(st, S, ua);
@@ -305,26 +309,33 @@ struct KdaConsumer {
   // Step 1 with fp16 operands (the prepared plans): the state's accumulator tiles 2i and 2i + 1 are
   // the A fragment of step i as they stand (columns 2t, 2t + 1 and 8 + 2t, 9 + 2t), so no
   // permutation is needed; fp16 keeps tf32's 10-bit mantissa. A state entry of 65520 or more
-  // becomes an infinity in fp16 and makes the products non-finite: then the whole warp returns
-  // false and the caller recomputes the chunk's products in tf32 (which also covers inputs that
-  // are not finite themselves).
+  // becomes an infinity in fp16, and every product of an infinity is infinite or NaN (inf * 0 =
+  // NaN), so xk alone shows it: some row's xk is then not finite, the whole warp returns false
+  // and the caller recomputes the chunk's products in tf32 (which also covers inputs that are not
+  // finite themselves). xq needs no check of its own: with the state finite in fp16 and
+  // |q_hat| <= 1 its sums stay below 128 * 65504 (fp32 accumulation), and a non-finite q makes
+  // xq non-finite on either path. The xk MMAs are issued first and the vote waits for them only.
   template <bool kOut>
   __device__ bool products_f16(const Stage& st, const float (&S)[kTiles][4], float (&xk)[2][4],
                                float (&xq)[2][4]) const {
+    uint32_t af[kTiles / 2][4];
     float xk_odd[2][4] = {};  // xk is needed first: two chains; xq keeps one (registers)
 #pragma unroll
     for (int i = 0; i < kTiles / 2; ++i) {
-      const uint32_t af[4] = {ptx::pack_f16(S[2 * i][0], S[2 * i][1]), ptx::pack_f16(S[2 * i][2], S[2 * i][3]),
-                              ptx::pack_f16(S[2 * i + 1][0], S[2 * i + 1][1]),
-                              ptx::pack_f16(S[2 * i + 1][2], S[2 * i + 1][3])};
+      af[i][0] = ptx::pack_f16(S[2 * i][0], S[2 * i][1]), af[i][1] = ptx::pack_f16(S[2 * i][2], S[2 * i][3]);
+      af[i][2] = ptx::pack_f16(S[2 * i + 1][0], S[2 * i + 1][1]);
+      af[i][3] = ptx::pack_f16(S[2 * i + 1][2], S[2 * i + 1][3]);
       const uint4 bk = View::frag16(st, KdaPrepared::kKTilde, i, lane);
       float(&ck)[2][4] = i % 2 ? xk_odd : xk;
-      ptx::mma_f16(ck[0], af, bk.x, bk.y);
-      ptx::mma_f16(ck[1], af, bk.z, bk.w);
-      if constexpr (kOut) {
+      ptx::mma_f16(ck[0], af[i], bk.x, bk.y);
+      ptx::mma_f16(ck[1], af[i], bk.z, bk.w);
+    }
+    if constexpr (kOut) {
+#pragma unroll
+      for (int i = 0; i < kTiles / 2; ++i) {
         const uint4 bq = View::frag16(st, KdaPrepared::kQHat, i, lane);
-        ptx::mma_f16(xq[0], af, bq.x, bq.y);
-        ptx::mma_f16(xq[1], af, bq.z, bq.w);
+        ptx::mma_f16(xq[0], af[i], bq.x, bq.y);
+        ptx::mma_f16(xq[1], af[i], bq.z, bq.w);
       }
     }
     float check[4];
@@ -332,18 +343,34 @@ struct KdaConsumer {
     for (int r = 0; r < 4; ++r) {
       xk[0][r] += xk_odd[0][r], xk[1][r] += xk_odd[1][r];
       check[r] = xk[0][r] + xk[1][r];
-      if constexpr (kOut) check[r] += xq[0][r] + xq[1][r];
     }
     const float sum = (check[0] + check[1]) + (check[2] + check[3]);  // non-finite if any term is
     return __all_sync(0xffffffffu, isfinite(sum));
   }
 
-  // Step 4 with tf32 operands: U^T as permuted A fragments, k_dec pairs in the same permutation.
+  // S <- S Diag(gamma): the chunk's decay of every state column.
+  __device__ void decay(const Stage& st, float (&S)[kTiles][4]) const {
+#pragma unroll
+    for (int i = 0; i < kTiles / 2; ++i) {
+      float4 gm;
+      if constexpr (View::kHalfProducts) {
+        gm = View::gamma4(st, i, t4);  // channels 16i + 2t, +1, 16i + 8 + 2t, +1 in one load
+      } else {
+        const float2 lo = View::gamma(st, 16 * i + 2 * t4), hi = View::gamma(st, 16 * i + 8 + 2 * t4);
+        gm = make_float4(lo.x, lo.y, hi.x, hi.y);
+      }
+      float(&s0)[4] = S[2 * i];
+      float(&s1)[4] = S[2 * i + 1];
+      s0[0] *= gm.x, s0[1] *= gm.y, s0[2] *= gm.x, s0[3] *= gm.y;
+      s1[0] *= gm.z, s1[1] *= gm.w, s1[2] *= gm.z, s1[3] *= gm.w;
+    }
+  }
+
+  // Step 4 with tf32 operands (S already decayed): U^T as permuted A fragments, k_dec pairs in the
+  // same permutation.
   __device__ void update_tf32(const Stage& st, float (&S)[kTiles][4], const float (&ua)[2][4]) const {
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
-      const float2 gm = View::gamma(st, 8 * j + 2 * t4);
-      S[j][0] *= gm.x, S[j][1] *= gm.y, S[j][2] *= gm.x, S[j][3] *= gm.y;
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
         const float2 b = View::k_dec(st, 8 * j + g, 8 * kk + 2 * t4);
@@ -352,8 +379,8 @@ struct KdaConsumer {
     }
   }
 
-  // Step 4 with U^T in fp16 (one m16n8k16 per state tile, all 16 tokens); false, with nothing
-  // changed, when some |U| of the warp does not fit fp16 (the caller then runs update_tf32).
+  // Step 4 with U^T in fp16 (one m16n8k16 per state tile, all 16 tokens; S already decayed); false,
+  // with nothing changed, when some |U| of the warp does not fit fp16 (the caller then runs update_tf32).
   __device__ bool update_f16(const Stage& st, float (&S)[kTiles][4], const float (&u)[2][4]) const {
     float big = 0.f;
 #pragma unroll
@@ -365,14 +392,9 @@ struct KdaConsumer {
                             ptx::pack_f16(u[1][0], u[1][1]), ptx::pack_f16(u[1][2], u[1][3])};
 #pragma unroll
     for (int i = 0; i < kTiles / 2; ++i) {
-      const float4 gm = View::gamma4(st, i, t4);
-      float(&s0)[4] = S[2 * i];
-      float(&s1)[4] = S[2 * i + 1];
-      s0[0] *= gm.x, s0[1] *= gm.y, s0[2] *= gm.x, s0[3] *= gm.y;
-      s1[0] *= gm.z, s1[1] *= gm.w, s1[2] *= gm.z, s1[3] *= gm.w;
       const uint4 kd = View::frag16(st, KdaPrepared::kKDec, i, lane);
-      ptx::mma_f16(s0, af, kd.x, kd.y);
-      ptx::mma_f16(s1, af, kd.z, kd.w);
+      ptx::mma_f16(S[2 * i], af, kd.x, kd.y);
+      ptx::mma_f16(S[2 * i + 1], af, kd.z, kd.w);
     }
     return true;
   }

@@ -2,15 +2,17 @@
 // A part is what kda_plan.cuh lists: a sequence's real rows over a chunk range (written out, from
 // the true start state), or a segment's zero-start rows R or transition rows P (pass 1 of a split).
 //
-//   loader (one warp)   bulk-copies each prepared chunk (KdaPrepared) and this slice's v columns
-//                       from global memory into a ring of kStages shared-memory stages, up to
-//                       kStages chunks ahead (mbarriers: FULL counts the bytes, EMPTY the
+//   loader (one warp)   bulk-copies each prepared chunk (KdaPrepared) and cp.asyncs this slice's
+//                       v columns from global memory into a ring of kStages shared-memory stages,
+//                       up to kStages chunks ahead (mbarriers: FULL counts the loader lanes, whose
+//                       arrivals wait for their copies, and the bulk copy's bytes; EMPTY the
 //                       consumer warps that released a stage)
 //   consumers           the fused kernel's (kda_fwd_consumer.cuh) reading the copied chunk in place
 //                       (PackedStageView), on the RowsIO of the part
 #pragma once
 
 #include "../common/bulk_copy.cuh"
+#include "../common/ptx.cuh"
 #include "kda_fwd_consumer.cuh"
 #include "kda_plan_kernels.cuh"
 #include "kda_prep.cuh"
@@ -32,29 +34,36 @@ struct KdaLoader {
   int lane;
 
   // Chunk i into stage i % kStages once the consumers released it: lane 0 announces the bytes and
-  // copies the prepared chunk (the parts without output only its first kOutputFree bytes); lane t
-  // copies v row t, or zeroes it past the end of the sequence (the delta rule then sees v = 0 for
-  // a token whose beta is 0: no NaN can come from stale shared memory). Every lane arrives on FULL
-  // (its count is 32), which releases its own zeroing stores to the consumers.
+  // bulk-copies the prepared chunk (the parts without output only its first kOutputFree bytes);
+  // the v rows (kVRows columns of 16 tokens, one 16-byte piece a cp.async) are spread over the 32
+  // lanes, zero-filled past the end of the sequence (the delta rule then sees v = 0 for a token
+  // whose beta is 0: no NaN can come from stale shared memory). Each lane's arrival on FULL (its
+  // count is 32) is made once its own copies have landed. One bulk copy a chunk instead of one a v
+  // row: the bulk-copy engine's cost per copy, not bytes, set the loader's pace (docs/perf_log.md,
+  // session 5).
   __device__ void run() {
+    constexpr int kPieces = kVRowBytes / 16;  // 16-byte pieces of one v row
     const uint32_t prepared_bytes = io.write_out ? KdaPrepared::kBytes : KdaPrepared::kOutputFree;
     for (int i = 0; i < io.nchunks; ++i) {
       const int s = i % Tr::kStages;
       if (i >= Tr::kStages) mbarrier_wait(&sm.empty[s], ((i / Tr::kStages) - 1) & 1);
       auto& st = sm.stage[s];
-      const int64_t tok0 = int64_t(io.chunk0 + i) * C;
-      const int valid = io.has_v ? int(min(int64_t(C), w.len - tok0)) : 0;
-      if (io.has_v && lane >= valid && lane < C) {
-        uint4* row = reinterpret_cast<uint4*>(&st.v[lane][0]);
-        for (int x = 0; x < kVRowBytes / 16; ++x) row[x] = make_uint4(0, 0, 0, 0);
-      }
       if (lane == 0) {
-        mbarrier_arrive_expect_tx(&sm.full[s], prepared_bytes + uint32_t(valid) * kVRowBytes);
+        mbarrier_expect_tx(&sm.full[s], prepared_bytes);
         bulk_copy_g2s(st.prepared, src0 + i * stride, prepared_bytes, &sm.full[s]);
-      } else {
-        mbarrier_arrive(&sm.full[s]);
       }
-      if (lane < valid) bulk_copy_g2s(&st.v[lane][0], v_base + (tok0 + lane) * v_token_stride, kVRowBytes, &sm.full[s]);
+      if (io.has_v) {
+        const int64_t tok0 = int64_t(io.chunk0 + i) * C;
+        const int valid = int(min(int64_t(C), w.len - tok0));
+#pragma unroll
+        for (int x = lane; x < C * kPieces; x += 32) {
+          const int t = x / kPieces, piece = x % kPieces;
+          const bool ok = t < valid;
+          ptx::cp_async_16(&st.v[t][8 * piece], ok ? v_base + (tok0 + t) * v_token_stride + 8 * piece : v_base,
+                           ok ? 16u : 0u);
+        }
+      }
+      cp_async_mbarrier_arrive(&sm.full[s]);
     }
   }
 };

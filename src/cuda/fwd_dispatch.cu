@@ -49,6 +49,21 @@ int slices_for(int64_t parts, int sm_count) {
   return s;
 }
 
+// Chunks per preparation CTA (4 to 32: enough to amortise a CTA's start): the count whose waves
+// of `slots` CTAs (4 an SM) end soonest for `chunks` chunks, counting a partly filled last wave
+// whole; the larger count on a tie (fewer CTAs). fixed32's 16,384 chunks: 32 a CTA in one wave,
+// where 15 a CTA took three waves (45 chunks' time against 32).
+int prep_chunks_for(int64_t chunks, int64_t slots) {
+  int best = 4;
+  int64_t best_span = INT64_MAX;
+  for (int c = 4; c <= 32; ++c) {
+    const int64_t ctas = ceil_div(std::max<int64_t>(chunks, 1), c);
+    const int64_t span = ceil_div(ctas, slots) * c;
+    if (span <= best_span) best = c, best_span = span;
+  }
+  return best;
+}
+
 HostPlan make_plan(const FwdParams& p, int sm_count) {
   HostPlan h;
   const int64_t N = num_sequences(p), HV = p.heads_v > 0 ? p.heads_v : p.heads;
@@ -99,10 +114,7 @@ HostPlan make_plan(const FwdParams& p, int sm_count) {
                                : N * ceil_div(longest - L0, L);
   }
   h.slices1 = slices_for((N + 2 * h.max_extra) * HV, sm_count);
-  // Enough chunks per preparation CTA to amortise its start, few enough for two waves or more
-  // (4 CTAs an SM).
-  const int64_t per_wave = int64_t(sm_count) * sm90::KdaPrepTraits::kCtasPerSm;
-  h.prep_chunks = int(std::clamp<int64_t>(h.max_chunks * HV / (2 * per_wave), 4, 32));
+  h.prep_chunks = prep_chunks_for(h.max_chunks * HV, int64_t(sm_count) * sm90::KdaPrepTraits::kCtasPerSm);
   h.slices3 = slices_for(std::max<int64_t>(h.max_extra, 1) * HV, sm_count);
 
   // As plan_args() carves it: the device plan flag, begin, len, slot, zero_init, then the prefix

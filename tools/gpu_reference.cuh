@@ -1,4 +1,5 @@
-// A plain fp32 per-token recurrence on the GPU, written straight from the contract's equations.
+// A plain fp32 per-token recurrence on the GPU, written straight from the contract's equations
+// (every gate form of docs/spec.md, "Gate forms").
 // It stands in for the float64 reference on cases too large for the CPU; kda_gpu_check first shows
 // that it agrees with the float64 reference on small cases.
 #pragma once
@@ -11,15 +12,21 @@ namespace flash_kda::tools {
 
 struct RecurrenceArgs {
   const __nv_bfloat16 *q, *k, *v, *g, *beta;
-  const float *A_log, *dt_bias;
-  const float* initial_state;  // fp32 or nullptr
-  float* final_state;          // fp32 [N, HV, 128, 128]
-  float* out;                  // fp32 [total tokens, HV, 128] (token index as in the inputs)
-  const int64_t* starts;       // [N] first token (flat index over B*T)
-  const int64_t* lens;         // [N]
+  const float *A_log, *dt_bias;  // A_log nullptr: rate 1 (the sigmoid gate only)
+  const float* initial_state;    // fp32 or nullptr
+  float* final_state;            // fp32 [N, HV, 128, 128]
+  float* out;                    // fp32 [total tokens, HV, 128] (token index as in the inputs)
+  const int64_t* starts;         // [N] first token (flat index over B*T)
+  const int64_t* lens;           // [N]
   int H, HV;
   float scale, lower_bound;
+  bool softplus_gate = false;     // a = -exp(A_log) softplus(g + dt_bias) instead of the sigmoid gate
+  bool allow_neg_eigval = false;  // beta = 2 sigmoid(logit)
 };
+
+// log(1 + e^x) for every finite x: max(x, 0) + log1p(e^-|x|) (no cutoff, unlike the kernels'; +Inf
+// stays +Inf).
+__device__ inline float reference_softplus(float x) { return fmaxf(x, 0.f) + log1pf(expf(-fabsf(x))); }
 
 // One block of 128 threads per (sequence, value head); thread v owns state row v in shared memory.
 __global__ void recurrence_kernel(RecurrenceArgs a) {
@@ -30,7 +37,7 @@ __global__ void recurrence_kernel(RecurrenceArgs a) {
   const int v = threadIdx.x, lane = v & 31, warp = v >> 5;
   for (int c = 0; c < D; ++c)
     S[v][c] = a.initial_state ? a.initial_state[((int64_t(n) * a.HV + hv) * D + v) * D + c] : 0.f;
-  const float exp_a = expf(a.A_log[hv]);
+  const float exp_a = a.A_log ? expf(a.A_log[hv]) : 1.f;
   for (int64_t i = 0; i < a.lens[n]; ++i) {
     const int64_t tok = a.starts[n] + i;
     const float qc = __bfloat162float(a.q[(tok * a.H + hq) * D + v]);
@@ -41,15 +48,16 @@ __global__ void recurrence_kernel(RecurrenceArgs a) {
       sk += __shfl_xor_sync(0xffffffffu, sk, o);
     }
     if (lane == 0) red[0][warp] = sq, red[1][warp] = sk;
-    const float x = exp_a * (__bfloat162float(a.g[(tok * a.HV + hv) * D + v]) + a.dt_bias[hv * D + v]);
-    alpha[v] = expf(a.lower_bound / (1.f + expf(-x)));
+    // docs/spec.md, "Gate forms", as written (no flush: a factor of e^-200 underflows to 0 by itself).
+    const float x = __bfloat162float(a.g[(tok * a.HV + hv) * D + v]) + a.dt_bias[hv * D + v];
+    alpha[v] = a.softplus_gate ? expf(-exp_a * reference_softplus(x)) : expf(a.lower_bound / (1.f + expf(-exp_a * x)));
     __syncthreads();
     const float nq = sqrtf(red[0][0] + red[0][1] + red[0][2] + red[0][3] + 1e-6f);
     const float nk = sqrtf(red[1][0] + red[1][1] + red[1][2] + red[1][3] + 1e-6f);
     q_hat[v] = qc / nq;
     k_hat[v] = kc / nk;
     __syncthreads();
-    const float beta = 1.f / (1.f + expf(-__bfloat162float(a.beta[tok * a.HV + hv])));
+    const float beta = (a.allow_neg_eigval ? 2.f : 1.f) / (1.f + expf(-__bfloat162float(a.beta[tok * a.HV + hv])));
     float pred = 0.f;
     for (int c = 0; c < D; ++c) {
       S[v][c] *= alpha[c];

@@ -11,9 +11,8 @@ Status decode(const DecodeParams& params, cudaStream_t stream) {
   // The forward's state machinery with the pool as both states, its slots found through the
   // (host-copied) indices.
   HostRun run{p, p.state, p.state_dtype, p.state, p.state_dtype, {}, nullptr, DType::kNone};
-  Status s = check(p, &run.idx);
-  if (!s.ok()) return s;
-  s = cuda_gate_support(p);
+  // Every gate form runs on every backend here (docs/spec.md, "Gate forms").
+  const Status s = check(p, &run.idx);
   if (!s.ok()) return s;
   switch (p.backend) {
     case Backend::kCpuReference: return cpu::reference_fwd(run);

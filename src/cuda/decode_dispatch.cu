@@ -41,6 +41,9 @@ Status decode(const DecodeParams& p, cudaStream_t stream) {
   a.group = static_cast<int>(HV / p.heads);
   a.scale = p.scale;
   a.lower_bound = p.lower_bound;
+  // The gate forms (docs/spec.md, "Gate forms"): A_log may be null (rate 1) with the sigmoid gate.
+  a.softplus_gate = p.gate == GateForm::kSoftplus;
+  a.beta_scale = p.allow_neg_eigval ? 2.0f : 1.0f;
   a.cu_seqlens_i64 = p.cu_seqlens_dtype == DType::kI64;
 
   // Rows of S per thread: as many as keep at least ~4 CTAs per SM in the grid (4 rows: 2 CTAs per

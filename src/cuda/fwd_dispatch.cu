@@ -261,6 +261,8 @@ Status fwd(const FwdParams& p, cudaStream_t stream) {
   a.group = static_cast<int>(HV / p.heads);
   a.scale = p.scale;
   a.lower_bound_log2 = p.lower_bound * 1.4426950408889634f;
+  // Gate forms (docs/spec.md): A_log may be null (rate 1); src/api/fwd.cpp refuses the softplus gate.
+  a.beta_scale = p.allow_neg_eigval ? 2.0f : 1.0f;
   // p is normalised: initial_state_dtype / final_state_dtype are resolved (they may differ: the
   // state is loaded in one dtype and stored in the other).
   a.initial_fp32 = p.initial_state_dtype == DType::kF32;

@@ -20,7 +20,11 @@
 //
 // which is the recurrence of docs/spec.md in exact arithmetic, with one reduction round a token. The
 // per-token vectors (k_hat, q_tilde, alpha, v, beta, k_hat · q_tilde) are prepared once per CTA in
-// shared memory, one warp per token, while the state loads are in flight.
+// shared memory, one warp per token, while the state loads are in flight. Every gate form of
+// docs/spec.md ("Gate forms") is computed there, per token: alpha = exp(a) of the sigmoid gate (with
+// A_log, or at rate 1 without) or of the softplus gate (no floor; factors below 1e-30 flushed to 0),
+// and beta = sigmoid(logit) or, with allow_neg_eigval, 2 sigmoid(logit). The token loop is the same
+// for all of them.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -36,7 +40,7 @@ namespace flash_kda::cuda::sm90 {
 struct KdaDecodeArgs {
   const uint16_t *q, *k, *v, *g, *beta;                         // bf16
   uint16_t* out;                                                // bf16
-  const float* A_log;                                           // [HV]
+  const float* A_log;                                           // [HV]; nullptr: rate 1 (sigmoid gate only)
   const float* dt_bias;                                         // [HV * 128]
   void* state;                                                  // pool [pool_size, HV, 128, 128], bf16 or fp32
   const int32_t* state_indices;                                 // [N, indices_stride]
@@ -50,7 +54,9 @@ struct KdaDecodeArgs {
   int heads_v;                                                  // HV
   int group;                                                    // HV / H
   float scale;
-  float lower_bound;
+  float lower_bound;   // the sigmoid gate's floor (unused by the softplus gate)
+  float beta_scale;    // 1, or 2 with allow_neg_eigval (beta = 2 sigmoid(logit))
+  bool softplus_gate;  // GateForm::kSoftplus: a = -exp(A_log) softplus(g + dt_bias), no floor
   bool cu_seqlens_i64;
 };
 
@@ -92,6 +98,17 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 }
 
 __device__ __forceinline__ float sigmoid(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
+
+// The softplus gate's factor exp(-rate · softplus(x)) in [0, 1] (docs/spec.md, "Gate forms"), with
+// the accurate expf / log1pf: softplus(x) is x for x > 20 (as fla; the difference is below 2.1e-9)
+// and log1p(e^x) otherwise, which is 0 (no decay) once e^x underflows. rate · softplus(x) may
+// overflow to +Inf (an infinite decay): expf(-Inf) = 0. A factor below 1e-30 is flushed to 0, as the
+// fp32 CPU recurrence does (it changes the state by less than 1e-30 of itself). NaN stays NaN.
+__device__ __forceinline__ float softplus_decay(float rate, float x) {
+  const float sp = x > 20.0f ? x : log1pf(expf(x));
+  const float f = expf(-rate * sp);
+  return f < 1e-30f ? 0.0f : f;
+}
 
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
@@ -206,7 +223,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   }
 
   // ---- per-token vectors, one warp per token ----
-  const float gate_rate = __expf(a.A_log[hv]);
+  // The gate form is the same for the whole grid: the branches below are uniform, and the default
+  // form (sigmoid with A_log) computes exactly what it did before the other forms existed.
+  const float gate_rate = a.softplus_gate ? expf(a.A_log[hv]) : a.A_log ? __expf(a.A_log[hv]) : 1.0f;
   for (int t = warp; t < length; t += Tr::kWarps) {
     const int64_t token = begin + t;
     const int c0 = 4 * lane;  // this lane's 4 channels
@@ -237,7 +256,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       kp[e] = k[e] * k_factor;
       qp[e] = q[e] * q_factor;
       kq += kp[e] * qp[e];
-      ap[e] = __expf(a.lower_bound * sigmoid(gate_rate * (g[e] + a.dt_bias[hv * D + c0 + e])));
+    }
+    if (a.softplus_gate) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ap[e] = softplus_decay(gate_rate, g[e] + a.dt_bias[hv * D + c0 + e]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        ap[e] = __expf(a.lower_bound * sigmoid(gate_rate * (g[e] + a.dt_bias[hv * D + c0 + e])));
     }
     kq = warp_sum(kq);
     *reinterpret_cast<float4*>(&sm.k_hat[t][c0]) = k4;
@@ -245,6 +271,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     *reinterpret_cast<float4*>(&sm.alpha[t][c0]) = a4;
     if (lane == 0) {
       sm.beta[t] =
+          a.beta_scale *
           sigmoid(bf16_bits_to_float(a.beta[batch_row * a.beta_s[0] + token * a.beta_s[1] + hv * a.beta_s[2]]));
       sm.kq[t] = kq;
     }

@@ -2,7 +2,9 @@
 //
 // Per chunk of 16 tokens (t, s index tokens, c channels; G_t = sum_{u<=t} a_u in base 2):
 //   P1  norms:   rq_t = scale / ||q_t||, rk_t = 1 / ||k_t||, beta_t = sigmoid(beta_t)
-//   P2  gates:   a_t = lower_bound * sigmoid(exp(A_log) (g_t + dt_bias)), G_t, and the tiles
+//                (allow_neg_eigval: 2 sigmoid(beta_t))
+//   P2  gates:   a_t = lower_bound * sigmoid(exp(A_log) (g_t + dt_bias)) (no A_log: rate 1), G_t,
+//                and the tiles
 //                k_tilde = k_hat 2^{G_t}, q_tilde = q_hat 2^{G_t}, k_bar = k_hat 2^{-G_t},
 //                k_dec = k_hat 2^{G_last - G_t}, gamma = 2^{G_last}, -v
 //   P3  A = k_tilde k_bar^T (strict lower, scaled by beta_t), M = q_tilde k_bar^T (lower)
@@ -137,7 +139,8 @@ struct KdaProducer {
     return (ptid < C && i < limit && t < w.len) ? bf16_bits_to_float(beta_src[int64_t(i) * C * a.beta_s[1]]) : 0.f;
   }
 
-  __device__ float gate_mul() const { return -expf(a.A_log[w.hv]) * 1.4426950408889634f; }
+  // -rate * log2(e), rate = exp(A_log), or 1 without A_log (docs/spec.md, "Gate forms").
+  __device__ float gate_mul() const { return -(a.A_log ? expf(a.A_log[w.hv]) : 1.f) * 1.4426950408889634f; }
 
   // Chunk i's gates, norms and tiles into `sink` (the group's raw buffer `raw` holds its inputs and
   // is visible to the whole group). Ends with the group synchronised and the chunk complete.
@@ -172,7 +175,7 @@ struct KdaProducer {
   // in prepare(), `done(i)` after it.
   template <class SinkOf, class Before, class Done>
   __device__ void run_chunks(int first, int step, int limit, SinkOf sink_of, Before before_tiles, Done done) {
-    // -exp(A_log) * (g + dt_bias) * log2(e) = g * gate_mul + gate_add: one FMA per element.
+    // -rate * (g + dt_bias) * log2(e) = g * gate_mul + gate_add: one FMA per element.
     const float gmul = gate_mul();
     const float gadd = gmul * a.dt_bias[w.hv * D + ptid];
     load_raw(first, 0, limit);
@@ -231,7 +234,9 @@ struct KdaProducer {
       grp.rq[t] = a.scale * rsqrtf(ssq_q + 1e-6f);
       grp.rk[t] = rsqrtf(ssq_k + 1e-6f);
     }
-    if (ptid < C) grp.beta[ptid] = ptid < valid ? ptx::rcp(1.f + ptx::ex2(-1.4426950408889634f * beta_raw)) : 0.f;
+    // beta_scale is 1, or 2 with allow_neg_eigval (an exact doubling; docs/kernel.md, numerics).
+    if (ptid < C)
+      grp.beta[ptid] = ptid < valid ? a.beta_scale * ptx::rcp(1.f + ptx::ex2(-1.4426950408889634f * beta_raw)) : 0.f;
   }
 
   // P2a: gates of this thread's channel, prefix-summed over the chunk in base 2.

@@ -22,7 +22,7 @@ struct KdaFwdArgs {
   const uint16_t* g;
   const uint16_t* beta;
   uint16_t* out;
-  const float* A_log;
+  const float* A_log;  // nullptr: the sigmoid gate at rate 1
   const float* dt_bias;
   const void* initial_state;
   void* final_state;
@@ -42,6 +42,7 @@ struct KdaFwdArgs {
   int slices;                                                   // 128 / kVRows: CTAs per (sequence, head)
   float scale;
   float lower_bound_log2;         // lower_bound * log2(e): gates are kept in base 2
+  float beta_scale;               // 1, or 2 with allow_neg_eigval (beta = 2 sigmoid(logit))
   bool initial_fp32, final_fp32;  // state dtypes (they may differ; docs/spec.md)
   bool cu_seqlens_i64;
 };

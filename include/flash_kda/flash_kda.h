@@ -109,9 +109,9 @@ struct ProblemParams {
   const float* dt_bias = nullptr;  // fp32 [HV * K]
   float scale = 0.0f;              // output scale, usually K^-0.5
   float lower_bound = -5.0f;       // gate floor, -5 <= lower_bound < 0 (GateForm::kSigmoid; else unused)
-  GateForm gate = GateForm::kSigmoid;  // the gate's form (CUDA: kSigmoid with A_log only, for now)
+  GateForm gate = GateForm::kSigmoid;  // the gate's form (CUDA forward: kSigmoid only, for now)
   // beta = 2 · sigmoid(logit) instead of sigmoid(logit): the transition I − beta k kᵀ may have the
-  // negative eigenvalue 1 − beta (fla's allow_neg_eigval). CUDA: not yet (kUnsupported).
+  // negative eigenvalue 1 − beta (fla's allow_neg_eigval). Every backend.
   bool allow_neg_eigval = false;
 
   // ---- output ----

@@ -80,9 +80,9 @@ SeqSlots sequence_slots(const HostIndices& idx, int64_t n);
 Status check(const FwdParams& p, HostIndices* idx, bool data_free = false);
 Status check(const DecodeParams& p, HostIndices* idx, bool data_free = false);
 
-// kUnsupported, naming the argument, when the CUDA backend is asked for what it does not compute
-// yet: a gate other than GateForm::kSigmoid with A_log, or allow_neg_eigval (src/api/fwd.cpp). fwd
-// and decode return it before anything is launched; other backends always get Ok.
+// kUnsupported, naming the argument, when the CUDA forward is asked for what it does not compute
+// yet: the softplus gate (src/api/fwd.cpp), returned before anything is launched; other backends
+// (and the CUDA decode, which computes every form) always get Ok.
 Status cuda_gate_support(const ProblemParams& p);
 
 namespace cpu {

@@ -141,7 +141,7 @@ struct KdaGroup {
   float l_t[kChunk][kChunk];     // L^T with L = diag(beta) * strict_lower(A)
   float rq[kChunk];              // scale / ||q_t||
   float rk[kChunk];              // 1 / ||k_t||
-  float beta[kChunk];            // sigmoid(beta_t), 0 past the end of the sequence
+  float beta[kChunk];            // beta_scale * sigmoid(beta_t), 0 past the end of the sequence
 };
 
 // The fused kernel: every CTA prepares its chunks itself (two producer groups) and runs the

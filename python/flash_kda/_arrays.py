@@ -3,11 +3,10 @@ directly are handed to it (DLPack), and how tensors are described without data (
 tensors). No argument is checked here; flash_kda._C passes everything to the C++ contract layer
 (src/api), which checks it all.
 
-flash_kda._C reads a plain torch tensor itself (torch's DLPack C exchange API: no Python object per
-tensor); every other argument (NumPy arrays, tensors with the negative bit, tensors of other
-subclasses or DLPack cannot describe, torch without that API) comes through ``export_one``
-(docs/torch.md, "Host overhead").
-
+flash_kda._C reads a torch tensor itself when its type has torch.Tensor's DLPack C exchange API and
+the tensor has no negative bit (no Python object per tensor); every other argument (NumPy arrays,
+tensors with the negative bit, tensors DLPack cannot describe, types with their own exchange API,
+torch without it, non-arrays) comes through ``export_one`` (docs/torch.md, "Host overhead").
 """
 
 from __future__ import annotations

@@ -332,6 +332,9 @@ class Arrays {
   // The exchange API q came through (its current_work_stream gives the stream), or null.
   const dl::ExchangeApi* q_api = nullptr;
 
+  // The short way alone (_C.reads_directly): false leaves no Python error set.
+  bool short_way_for(const ShortWay& way, PyObject* o, TensorArg& t) { return short_way(way, o, 0, t); }
+
  private:
   bool bit(uint64_t mask, int index) const { return (mask >> index) & 1; }
 
@@ -345,12 +348,16 @@ class Arrays {
       return false;
     }
     const nb::dlpack::dtype dtype{d.dtype.code, d.dtype.bits, d.dtype.lanes};
-    describe_dl(t, static_cast<const char*>(d.data) + d.byte_offset, dtype, d.ndim, d.shape, d.strides,
-                d.device.type, d.device.id, bit(bf16_bits_, index), bit(read_only_, index));
+    describe_dl(t, static_cast<const char*>(d.data) + d.byte_offset, dtype, d.ndim, d.shape, d.strides, d.device.type,
+                d.device.id, bit(bf16_bits_, index), bit(read_only_, index));
     return true;
   }
 
   void general_way(PyObject* o, int index, const char* name, TensorArg& t) {
+    if (PyCapsule_CheckExact(o)) {  // a DLPack capsule as it is (consumed: used once)
+      keep_[index] = nb::borrow(o);
+      return import(index, name, t, false, false);
+    }
     static PyObject* export_one = package_function("flash_kda._arrays", "export_one");
     nb::object py_name = nb::steal(PyUnicode_FromString(name));
     nb::object py_bit = nb::steal(PyLong_FromUnsignedLongLong(uint64_t(1) << index));
@@ -359,14 +366,19 @@ class Arrays {
     nb::object r = nb::steal(PyObject_Vectorcall(export_one, args, 3, nullptr));
     if (!r.is_valid()) throw nb::python_error();
     const nb::tuple converted = nb::cast<nb::tuple>(r);
-    const uint64_t bf16 = nb::cast<uint64_t>(converted[1]), ro = nb::cast<uint64_t>(converted[2]);
+    const bool bf16 = nb::cast<uint64_t>(converted[1]) != 0, ro = nb::cast<uint64_t>(converted[2]) != 0;
     keep_[index] = converted[0];
+    import(index, name, t, bf16, ro);
+  }
+
+  // keep_[index] (a capsule or a NumPy array) through nanobind's DLPack import.
+  void import(int index, const char* name, TensorArg& t, bool bf16, bool ro) {
     Array a;
     if (!nb::try_cast<Array>(keep_[index], a, false))
-      raise(PyExc_TypeError, cat(name, ": cannot be passed as an array (no DLPack dtype for it)"));
+      raise(PyExc_TypeError, cat(name, ": cannot be passed as an array (DLPack cannot describe it)"));
     arrays_[index] = a;
-    describe_dl(t, a.data(), a.dtype(), int(a.ndim()), a.shape_ptr(), a.stride_ptr(), a.device_type(),
-                a.device_id(), bit(bf16_bits_, index) || bf16, bit(read_only_, index) || ro);
+    describe_dl(t, a.data(), a.dtype(), int(a.ndim()), a.shape_ptr(), a.stride_ptr(), a.device_type(), a.device_id(),
+                bit(bf16_bits_, index) || bf16, bit(read_only_, index) || ro);
   }
 
   uint64_t bf16_bits_, read_only_;
@@ -437,8 +449,6 @@ Status run_on_device(Backend backend, int device, const Call& call) {
 }
 
 // ---- the entry points ---------------------------------------------------------------------------------
-
-
 
 // backend: None ("auto": where the arrays live) or a string; anything else goes on as its repr,
 // which src/api rejects by name.
@@ -632,11 +642,10 @@ NB_MODULE(_C, m) {
         "bf16 passed as 16-bit integers / may not be written. allocate(nbytes, device): returns scratch memory "
         "when the call needs some (None: torch's allocator). run=False: convert and validate only.");
 
-  m.def("decode", &decode, arr("q"), arr("k"), arr("v"), arr("g"), arr("beta"), arr("scale"), arr("out"),
-        arr("A_log"), arr("dt_bias"), arr("lower_bound"), arr("state"), arr("state_indices"),
-        opt("num_accepted_tokens"), opt("cu_seqlens"), opt("cu_seqlens_cpu"), opt("backend"),
-        nb::arg("allow_neg_eigval").none() = false, nb::kw_only(), opt("stream"), nb::arg("cpu_threads") = 0,
-        nb::arg("bf16_bits") = 0, nb::arg("read_only") = 0,
+  m.def("decode", &decode, arr("q"), arr("k"), arr("v"), arr("g"), arr("beta"), arr("scale"), arr("out"), arr("A_log"),
+        arr("dt_bias"), arr("lower_bound"), arr("state"), arr("state_indices"), opt("num_accepted_tokens"),
+        opt("cu_seqlens"), opt("cu_seqlens_cpu"), opt("backend"), nb::arg("allow_neg_eigval").none() = false,
+        nb::kw_only(), opt("stream"), nb::arg("cpu_threads") = 0, nb::arg("bf16_bits") = 0, nb::arg("read_only") = 0,
         "Runs one decode step (1 to 8 tokens per sequence) in place: writes out and the pool `state` "
         "[P, HV, V, K] through int32 state_indices [N] or [N, S] (docs/serving.md). Options as for fwd; "
         "the bit positions of state, state_indices, num_accepted_tokens are those of initial_state, "
@@ -645,19 +654,32 @@ NB_MODULE(_C, m) {
   auto meta = [](const char* name) { return nb::arg(name).none() = nb::none(); };
   m.def("check_fwd", &check_fwd, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"), nb::arg("beta"),
         nb::arg("scale").none(), nb::arg("out"), nb::arg("A_log").none(), nb::arg("dt_bias"),
-        nb::arg("lower_bound").none(),
-        meta("initial_state"), meta("final_state"), meta("cu_seqlens"), meta("cu_seqlens_cpu"), meta("state_indices"),
-        meta("has_initial_state"), meta("checkpoint_state"), meta("checkpoint_indices"), meta("checkpoint_start"),
-        nb::kw_only(), nb::arg("checkpoint_interval").none() = nb::none(), nb::arg("backend") = "auto",
+        nb::arg("lower_bound").none(), meta("initial_state"), meta("final_state"), meta("cu_seqlens"),
+        meta("cu_seqlens_cpu"), meta("state_indices"), meta("has_initial_state"), meta("checkpoint_state"),
+        meta("checkpoint_indices"), meta("checkpoint_start"), nb::kw_only(),
+        nb::arg("checkpoint_interval").none() = nb::none(), nb::arg("backend") = "auto",
         nb::arg("allow_neg_eigval") = false,
         "Every check of fwd that needs no data, on tensor descriptions (dtype, shape, strides, device type, "
         "device index) or None: what torch's fake implementations run.");
   m.def("check_decode", &check_decode, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"), nb::arg("beta"),
         nb::arg("scale").none(), nb::arg("out"), nb::arg("A_log").none(), nb::arg("dt_bias"),
-        nb::arg("lower_bound").none(),
-        nb::arg("state"), nb::arg("state_indices"), meta("num_accepted_tokens"), meta("cu_seqlens"),
-        meta("cu_seqlens_cpu"), nb::kw_only(), nb::arg("backend") = "auto", nb::arg("allow_neg_eigval") = false,
-        "Every check of decode that needs no data (as check_fwd).");
+        nb::arg("lower_bound").none(), nb::arg("state"), nb::arg("state_indices"), meta("num_accepted_tokens"),
+        meta("cu_seqlens"), meta("cu_seqlens_cpu"), nb::kw_only(), nb::arg("backend") = "auto",
+        nb::arg("allow_neg_eigval") = false, "Every check of decode that needs no data (as check_fwd).");
+
+  m.def(
+      "reads_directly",
+      [](nb::handle h) {
+        if (h.is_none()) return false;
+        const ShortWay way = short_way_of(Py_TYPE(h.ptr()));
+        if (!way.api) return false;
+        TensorArg t;
+        Arrays arrays(0, 0);
+        return arrays.short_way_for(way, h.ptr(), t);
+      },
+      nb::arg("array").none(),
+      "True when fwd / decode read this array themselves (torch's DLPack C exchange API), False when it "
+      "goes through flash_kda._arrays.export_one (docs/torch.md, \"Host overhead\").");
 
   m.def("cuda_available", &flash_kda::cuda_available,
         "True when this build has the CUDA kernels and a compute capability 9.0 device is present.");

@@ -1,8 +1,12 @@
-"""Shared by the eager calls and the torch operators: how NumPy arrays and torch tensors are handed
-to flash_kda._C (DLPack) or described without data (torch's fake tensors). No argument is checked
-here; flash_kda._C passes everything to the C++ contract layer (src/api), which checks it all.
+"""Shared by the eager calls and the torch operators: how arrays that flash_kda._C does not read
+directly are handed to it (DLPack), and how tensors are described without data (torch's fake
+tensors). No argument is checked here; flash_kda._C passes everything to the C++ contract layer
+(src/api), which checks it all.
 
-The positions below are the bit positions of _C's ``bf16_bits`` / ``read_only`` masks.
+flash_kda._C reads a torch tensor itself when its type has torch.Tensor's DLPack C exchange API and
+the tensor has no negative bit (no Python object per tensor); every other argument (NumPy arrays,
+tensors with the negative bit, tensors DLPack cannot describe, types with their own exchange API,
+torch without it, non-arrays) comes through ``export_one`` (docs/torch.md, "Host overhead").
 """
 
 from __future__ import annotations
@@ -14,15 +18,6 @@ import numpy as np
 
 MAX_DECODE_TOKENS = 8  # flash_kda::kMaxDecodeTokens
 
-# Bit positions of the arrays (python/src/binding.cpp, enum Position). decode's state,
-# state_indices and num_accepted_tokens take the positions of initial_state, state_indices and
-# has_initial_state.
-FWD_NAMES = ("q", "k", "v", "g", "beta", "out", "A_log", "dt_bias", "cu_seqlens", "cu_seqlens_cpu",
-             "initial_state", "final_state", "state_indices", "has_initial_state", "checkpoint_state",
-             "checkpoint_indices", "checkpoint_start")
-DECODE_NAMES = ("q", "k", "v", "g", "beta", "out", "A_log", "dt_bias", "cu_seqlens", "cu_seqlens_cpu",
-                "state", None, "state_indices", "num_accepted_tokens")
-
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _UINT16 = np.dtype(np.uint16)
 
@@ -33,16 +28,9 @@ def torch_module():
     return sys.modules.get("torch")
 
 
-def backend_name(backend):
-    """_C's spelling of fwd's `backend` (None: where the tensors live); other values go to the C++
-    layer as they are, which rejects them by name."""
-    return "auto" if backend is None else backend if isinstance(backend, str) else repr(backend)
-
-
-def _export_one(name, a, bit):
-    """(the object _C converts, bf16 bit, read-only bit) for one argument."""
-    if a is None:
-        return None, 0, 0
+def export_one(name, a, bit):
+    """(the object _C converts, bf16 bit, read-only bit) for one argument that is not None: what
+    flash_kda._C calls for the arrays it does not read itself."""
     if type(a) is np.ndarray:
         read_only = 0 if a.flags.writeable else bit
         if a.dtype == _BF16:  # DLPack cannot carry ml_dtypes' bfloat16: its bits as uint16
@@ -66,30 +54,6 @@ def _export_one(name, a, bit):
         except (BufferError, RuntimeError) as e:  # a tensor DLPack cannot describe (meta, sparse, ...)
             raise ValueError(f"{name}: cannot be passed as an array ({e}; on device {a.device})") from None
     raise TypeError(f"{name}: expected a NumPy array or a torch tensor (got {type(a).__name__})")
-
-
-def export(names, arrays):
-    """The arrays as _C takes them, with the bf16_bits and read_only masks. Plain torch tensors
-    take the short way (the eager route's per-call cost on CUDA is mostly this loop)."""
-    torch = torch_module()
-    tensor = torch.Tensor if torch is not None else None
-    to_dlpack = torch._C._to_dlpack if torch is not None else None
-    out, bf16_bits, read_only = [], 0, 0
-    for i, a in enumerate(arrays):
-        if a is None:
-            out.append(None)
-            continue
-        if type(a) is tensor and not a.is_neg():
-            try:
-                out.append(to_dlpack(a))
-                continue
-            except Exception:  # a tensor DLPack cannot describe: _export_one names it
-                pass
-        x, b, r = _export_one(names[i], a, 1 << i)
-        out.append(x)
-        bf16_bits |= b
-        read_only |= r
-    return out, bf16_bits, read_only
 
 
 def describe(a):

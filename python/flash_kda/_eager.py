@@ -1,6 +1,11 @@
-"""The eager calls: one call into flash_kda._C per fwd / decode, which converts the arrays and has
-the C++ contract layer check every argument before anything is written. Used by flash_kda.fwd /
+"""The eager calls: one call into flash_kda._C per fwd / decode, which reads the arrays and has the
+C++ contract layer check every argument before anything is written. Used by flash_kda.fwd /
 flash_kda.decode and by the implementations of the torch operators (flash_kda.torch_ops).
+
+Nothing here runs per call on the common route: flash_kda._C reads plain torch tensors and the
+current CUDA stream itself (torch's DLPack C exchange API) and calls back into this module only
+when it needs to: ``workspace`` when a CUDA call needs scratch memory, ``current_stream`` for torch
+without that API (docs/torch.md, "Host overhead").
 
 CUDA tensors run on the current stream of their device (whichever device is current). A device
 cu_seqlens is copied to the host (a synchronisation) for the C++ layer to check its contents,
@@ -10,81 +15,55 @@ are then the caller's responsibility).
 
 from __future__ import annotations
 
+import sys
+
 from . import _C
-from ._arrays import DECODE_NAMES, FWD_NAMES, backend_name, export, torch_module
 
 
-class _Cuda:
-    """The torch CUDA calls of the eager route, looked up once (private bindings that return plain
-    ints and bools cost a few hundred ns, the public spellings microseconds)."""
-
-    def __init__(self, torch):
-        c = torch._C
-        self.torch = torch
-        self.stream = getattr(c, "_cuda_getCurrentRawStream", None) or (
-            lambda d: torch.cuda.current_stream(d).cuda_stream)
-        self.capturing = (getattr(c, "_cuda_isCurrentStreamCapturing", None)
-                          or torch.cuda.is_current_stream_capturing)
-        self.to_dlpack = c._to_dlpack
-        self.uint8 = torch.uint8
-
-    def host_copy(self, cu_seqlens, cu_seqlens_cpu):
-        """The host copy of a device cu_seqlens the C++ layer checks, or None."""
-        if cu_seqlens_cpu is not None or cu_seqlens is None:
-            return cu_seqlens_cpu
-        if not isinstance(cu_seqlens, self.torch.Tensor) or not cu_seqlens.is_cuda or self.capturing():
-            return None
-        return cu_seqlens.cpu()
-
-    def allocator(self, device):
-        # From torch's caching allocator: stream-ordered, and usable under CUDA-graph capture.
-        return lambda nbytes: self.to_dlpack(self.torch.empty(nbytes, dtype=self.uint8, device=device))
-
-
-_cuda = None
-
-
-def _cuda_route(q):
-    """The _Cuda helper when q is a CUDA tensor, else None."""
-    global _cuda
-    torch = torch_module()
-    if torch is None or not isinstance(q, torch.Tensor) or not q.is_cuda:
+def host_copy(q, cu_seqlens):
+    """The host copy of a CUDA cu_seqlens (with CUDA q) for the C++ layer to check, or None (not a
+    CUDA tensor, or the current stream is capturing a CUDA graph)."""
+    torch = sys.modules.get("torch")
+    if (torch is None or not isinstance(q, torch.Tensor) or not q.is_cuda
+            or not isinstance(cu_seqlens, torch.Tensor) or not cu_seqlens.is_cuda):
         return None
-    if _cuda is None:
-        _cuda = _Cuda(torch)
-    return _cuda
+    capturing = (getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+                 or torch.cuda.is_current_stream_capturing)
+    return None if capturing() else cu_seqlens.cpu()
+
+
+def current_stream(device):
+    """torch's current stream of CUDA device `device` as an integer (0 without torch); _C asks only
+    when torch has no DLPack C exchange API."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return 0
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
+
+
+def workspace(nbytes, device):
+    """Scratch memory of `nbytes` on CUDA device `device`, as a DLPack capsule, from torch's caching
+    allocator (stream-ordered, usable under CUDA-graph capture); None without torch."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    return torch._C._to_dlpack(torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", device)))
 
 
 def fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state=None, final_state=None,
         cu_seqlens=None, cu_seqlens_cpu=None, state_indices=None, has_initial_state=None, backend=None,
         checkpoint_interval=None, checkpoint_state=None, checkpoint_indices=None, checkpoint_start=None,
         allow_neg_eigval=False):
-    cuda = _cuda_route(q)
-    stream, allocate = 0, None
-    if cuda is not None:
-        cu_seqlens_cpu = cuda.host_copy(cu_seqlens, cu_seqlens_cpu)
-        stream = cuda.stream(q.get_device())
-        allocate = cuda.allocator(q.device)
-    arrays, bf16_bits, read_only = export(FWD_NAMES, (
-        q, k, v, g, beta, out, A_log, dt_bias, cu_seqlens, cu_seqlens_cpu, initial_state, final_state,
-        state_indices, has_initial_state, checkpoint_state, checkpoint_indices, checkpoint_start))
-    a = arrays
-    _C.fwd(a[0], a[1], a[2], a[3], a[4], scale, a[5], a[6], a[7], lower_bound, a[10], a[11], a[8], a[9],
-           a[12], a[13], a[14], a[15], a[16], checkpoint_interval=checkpoint_interval,
-           backend=backend_name(backend), stream=stream, bf16_bits=bf16_bits, read_only=read_only,
-           allocate=allocate, allow_neg_eigval=bool(allow_neg_eigval))
+    if cu_seqlens is not None and cu_seqlens_cpu is None:
+        cu_seqlens_cpu = host_copy(q, cu_seqlens)
+    _C.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state, cu_seqlens,
+           cu_seqlens_cpu, state_indices, has_initial_state, checkpoint_state, checkpoint_indices, checkpoint_start,
+           checkpoint_interval, backend, allow_neg_eigval)
 
 
 def decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
            num_accepted_tokens=None, cu_seqlens=None, backend=None, allow_neg_eigval=False):
-    cuda = _cuda_route(q)
-    stream, cu_seqlens_cpu = 0, None
-    if cuda is not None:
-        cu_seqlens_cpu = cuda.host_copy(cu_seqlens, None)
-        stream = cuda.stream(q.get_device())
-    a, bf16_bits, read_only = export(DECODE_NAMES, (
-        q, k, v, g, beta, out, A_log, dt_bias, cu_seqlens, cu_seqlens_cpu, state, None, state_indices,
-        num_accepted_tokens))
-    _C.decode(a[0], a[1], a[2], a[3], a[4], scale, a[5], a[6], a[7], lower_bound, a[10], a[12], a[13],
-              a[8], a[9], backend=backend_name(backend), stream=stream, bf16_bits=bf16_bits,
-              read_only=read_only, allow_neg_eigval=bool(allow_neg_eigval))
+    cu_seqlens_cpu = None if cu_seqlens is None else host_copy(q, cu_seqlens)
+    _C.decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
+              num_accepted_tokens, cu_seqlens, cu_seqlens_cpu, backend, allow_neg_eigval)

@@ -5,10 +5,8 @@
 
 #include <cmath>
 #include <initializer_list>
-#include <iterator>
 #include <limits>
 #include <sstream>
-#include <vector>
 
 #include "backends.h"
 
@@ -269,13 +267,17 @@ Status choose_backend(const CallArgs& a, std::initializer_list<Named> tensors, P
                           {"A_log", &a.A_log},
                           {"dt_bias", &a.dt_bias},
                           {"cu_seqlens", &a.cu_seqlens}};
-  std::vector<Named> all(std::begin(shared), std::end(shared));
-  all.insert(all.end(), tensors.begin(), tensors.end());
-  for (Named t : all) {
-    if (!t.t->given) continue;
-    if (t.t->device != first.device || (first.device == Device::kCuda && t.t->device_id != first.device_id))
-      return invalid(cat(t.name, ": on device ", device_text(*t.t), ", but q is on ", device_text(first)));
-  }
+  auto same_device = [&](const Named& t) {
+    return !t.t->given ||
+           (t.t->device == first.device && (first.device != Device::kCuda || t.t->device_id == first.device_id));
+  };
+  auto other_device = [&](const Named& t) {
+    return invalid(cat(t.name, ": on device ", device_text(*t.t), ", but q is on ", device_text(first)));
+  };
+  for (const Named& t : shared)
+    if (!same_device(t)) return other_device(t);
+  for (const Named& t : tensors)
+    if (!same_device(t)) return other_device(t);
   if (a.cu_seqlens_cpu.given && a.cu_seqlens_cpu.device != Device::kHost)
     return invalid(cat("cu_seqlens_cpu: must be in host memory (got device ", device_text(a.cu_seqlens_cpu), ")"));
   const bool cuda = first.device == Device::kCuda;

@@ -120,11 +120,23 @@ Span activation_span(const char* name, const void* ptr, const ActStrides& st, in
 // caller. A written buffer that overlapped a read one would make the result depend on the order
 // in which (sequence, head) tasks and CUDA blocks run, and an index array overwritten while the
 // call runs could send it out of bounds.
-Status check_aliasing(const std::vector<Span>& spans) {
-  for (size_t i = 0; i < spans.size(); ++i) {
+// The spans of one call, on the stack: no allocation on the success path. A forward has at most 17
+// buffers (the states, the ten of add_problem_spans, two index arrays, three of checkpoints), a
+// decode 13.
+struct Spans {
+  static constexpr int kMaxSpans = 24;
+  Span items[kMaxSpans];
+  int count = 0;
+  void push_back(const Span& s) { items[count++] = s; }
+};
+
+Status check_aliasing(const Spans& all) {
+  const Span* spans = all.items;
+  const int n = all.count;
+  for (int i = 0; i < n; ++i) {
     const Span& w = spans[i];
     if (!w.written || w.begin == w.end) continue;
-    for (size_t j = 0; j < spans.size(); ++j) {
+    for (int j = 0; j < n; ++j) {
       const Span& o = spans[j];
       if (j == i || o.begin == o.end || (o.written && j < i)) continue;
       if (w.begin < o.end && o.begin < w.end)
@@ -135,7 +147,7 @@ Status check_aliasing(const std::vector<Span>& spans) {
   return Status::Ok();
 }
 
-void add_problem_spans(const ProblemParams& p, std::vector<Span>& spans) {
+void add_problem_spans(const ProblemParams& p, Spans& spans) {
   const int64_t HV = p.heads_v, K = p.head_dim_k, V = p.head_dim_v, B = p.batch, T = p.seqlen;
   spans.push_back(activation_span("out", p.out, p.out_strides, B, T, HV, V, true));
   spans.push_back(activation_span("q", p.q, p.q_strides, B, T, p.heads, K, false));
@@ -570,7 +582,7 @@ Status check(const FwdParams& p, HostIndices* out_idx, bool data_free) {
   FLASH_KDA_RETURN_IF_ERROR(copy_and_check_offsets(p, idx));
 
   // ---- aliasing ----
-  std::vector<Span> spans;
+  Spans spans;
   spans.push_back(span_of("final_state", p.final_state, slots * per_slot * elem_bytes(p.final_state_dtype), true));
   if (!same_state)
     spans.push_back(
@@ -656,7 +668,7 @@ Status check(const DecodeParams& p, HostIndices* out_idx, bool data_free) {
   // ---- aliasing: the pool is read and written in place; nothing else may overlap it or out ----
   const int64_t S = p.slots_per_seq;
   const int64_t row_stride = p.state_indices_stride > 0 ? p.state_indices_stride : S;
-  std::vector<Span> spans;
+  Spans spans;
   add_problem_spans(p, spans);
   spans.push_back(
       span_of("state", p.state, p.pool_size * HV * p.head_dim_v * p.head_dim_k * elem_bytes(p.state_dtype), true));

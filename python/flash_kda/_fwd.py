@@ -68,8 +68,7 @@ def fwd(
     ``lower_bound * sigmoid(g + dt_bias)``); ``lower_bound=None`` the unbounded gate of
     Kimi-Linear-48B, ``a = -exp(A_log) * softplus(g + dt_bias)`` (A_log required). With
     ``allow_neg_eigval=True`` (keyword-only) beta is ``2 * sigmoid(beta)``. The CPU backends compute
-    every form; the CUDA backend only the default one for now (NotImplementedError naming the
-    argument otherwise).
+    every form, and so does the CUDA backend.
 
     q, k, v, g, beta and out may be strided views (e.g. slices of a packed qkv buffer) as long as
     their last dimension is contiguous.

@@ -383,10 +383,10 @@ def chunk_kda(
     ``A_log`` [HV] and ``dt_bias`` [HV * K] or [HV, K], beta logits. The gate follows fla: with a
     ``lower_bound`` (-5 <= lower_bound < 0) ``lower_bound * sigmoid(exp(A_log) * (g + dt_bias))``
     (``A_log=None``: a rate of 1); with ``lower_bound=None`` the unbounded softplus gate
-    ``-exp(A_log) * softplus(g + dt_bias)`` of Kimi-Linear-48B (A_log required; CPU tensors only for
-    now). ``safe_gate`` (fla's faster kernel for the bounded gate; False by default, as in fla)
-    changes nothing here but needs a ``lower_bound`` when True, as in fla. ``dt_bias=None``: no
-    bias. ``allow_neg_eigval=True``: beta = 2 * sigmoid(beta) (CPU tensors only for now).
+    ``-exp(A_log) * softplus(g + dt_bias)`` of Kimi-Linear-48B (A_log required). ``safe_gate``
+    (fla's faster kernel for the bounded gate; False by default, as in fla) changes nothing here but
+    needs a ``lower_bound`` when True, as in fla. ``dt_bias=None``: no bias.
+    ``allow_neg_eigval=True``: beta = 2 * sigmoid(beta). Every form runs on CPU and CUDA tensors.
 
     Options flash-kda does not implement raise ``NotImplementedError`` naming the argument:
     ``use_qk_l2norm_in_kernel=False``, ``use_gate_in_kernel=False``,

@@ -80,11 +80,6 @@ SeqSlots sequence_slots(const HostIndices& idx, int64_t n);
 Status check(const FwdParams& p, HostIndices* idx, bool data_free = false);
 Status check(const DecodeParams& p, HostIndices* idx, bool data_free = false);
 
-// kUnsupported, naming the argument, when the CUDA forward is asked for what it does not compute
-// yet: the softplus gate (src/api/fwd.cpp), returned before anything is launched; other backends
-// (and the CUDA decode, which computes every form) always get Ok.
-Status cuda_gate_support(const ProblemParams& p);
-
 namespace cpu {
 // float64 per-token recurrence (src/cpu/reference.cpp): the oracle of fwd and decode.
 Status reference_fwd(const HostRun& run);

@@ -9,18 +9,6 @@ size_t workspace_size(const FwdParams& p) { return p.backend == Backend::kCuda ?
 
 bool cuda_available() { return cuda::available(); }
 
-Status cuda_gate_support(const ProblemParams& p) {
-  if (p.backend != Backend::kCuda) return Status::Ok();
-  // The CUDA forward computes the sigmoid gate (with A_log or at rate 1) and either beta; the softplus
-  // gate runs on the CPU backends for now (docs/spec.md, "Gate forms"). The CUDA decode computes every
-  // form and does not call this.
-  if (p.gate != GateForm::kSigmoid)
-    return {StatusCode::kUnsupported,
-            "lower_bound: the softplus gate (GateForm::kSoftplus, lower_bound=None) is not supported by the CUDA "
-            "forward yet (the CUDA decode supports it); use a CPU backend"};
-  return Status::Ok();
-}
-
 Status fwd(const FwdParams& params, cudaStream_t stream) {
   FwdParams p = params;
   normalise(p);
@@ -28,8 +16,7 @@ Status fwd(const FwdParams& params, cudaStream_t stream) {
               {}, p.checkpoint_state, p.checkpoint_state_dtype};
   Status s = check(p, &run.idx);
   if (!s.ok()) return s;
-  s = cuda_gate_support(p);
-  if (!s.ok()) return s;
+  // Every backend computes every gate form (docs/spec.md, "Gate forms").
   switch (p.backend) {
     case Backend::kCpuReference: return cpu::reference_fwd(run);
     case Backend::kCpu: return cpu::chunked_fwd(run);

@@ -32,9 +32,9 @@ struct HostPlan {
   bool device_decides = false;
   int64_t seg_chunks = 0;   // L
   int64_t seg0_chunks = 0;  // L0: segment 0 (docs/kernel.md, "Plans")
-  int64_t max_chunks = 0;  // bound on the sum of every sequence's chunks
-  int64_t max_extra = 0;   // bound on the split segments beyond each sequence's first
-  int prep_chunks = 4;     // chunks per preparation CTA
+  int64_t max_chunks = 0;   // bound on the sum of every sequence's chunks
+  int64_t max_extra = 0;    // bound on the split segments beyond each sequence's first
+  int prep_chunks = 4;      // chunks per preparation CTA
   int slices1 = 1, slices3 = 1;
   // Workspace layout (byte offsets from the aligned base).
   size_t off_table = 0, off_prepared = 0, off_segments = 0, bytes = 0;
@@ -261,7 +261,9 @@ Status fwd(const FwdParams& p, cudaStream_t stream) {
   a.group = static_cast<int>(HV / p.heads);
   a.scale = p.scale;
   a.lower_bound_log2 = p.lower_bound * 1.4426950408889634f;
-  // Gate forms (docs/spec.md): A_log may be null (rate 1); src/api/fwd.cpp refuses the softplus gate.
+  // Gate forms (docs/spec.md): A_log may be null (rate 1, sigmoid gate only); the softplus gate
+  // ignores lower_bound.
+  a.softplus_gate = p.gate == GateForm::kSoftplus;
   a.beta_scale = p.allow_neg_eigval ? 2.0f : 1.0f;
   // p is normalised: initial_state_dtype / final_state_dtype are resolved (they may differ: the
   // state is loaded in one dtype and stored in the other).

@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "api/backends.h"  // cuda_gate_support
 #include "test_util.h"
 
 namespace flash_kda::test {
@@ -335,7 +334,8 @@ TEST_P(GateFormsPool, PoolPrefillWithCheckpoints) {
       EXPECT_LE(rel_error(got, want), 1e-3) << "checkpoint slot " << w.slot;
     }
     for (int64_t n = 0; n < pb.N; ++n) {
-      std::vector<double> got(pool.f32.begin() + slots[size_t(n)] * per, pool.f32.begin() + (slots[size_t(n)] + 1) * per);
+      std::vector<double> got(pool.f32.begin() + slots[size_t(n)] * per,
+                              pool.f32.begin() + (slots[size_t(n)] + 1) * per);
       std::vector<double> want(exact.state.begin() + n * per, exact.state.begin() + (n + 1) * per);
       EXPECT_LE(rel_error(got, want), kStateTolerance) << "final state of sequence " << n;
     }
@@ -416,62 +416,34 @@ TEST_F(GateFormErrors, DecodeSoftplusNeedsALog) {
   for (uint16_t x : out) EXPECT_EQ(x, kPoisonBf16);
 }
 
-// The CUDA forward does not compute the softplus gate yet: kUnsupported naming lower_bound (with or
-// without allow_neg_eigval), before any launch (the check sits in src/api, ahead of the CUDA
-// dispatch, so it shows on machines without a GPU as well), nothing written. The host buffers pass
-// every CUDA-side validation check (alignment, strides).
-TEST_F(GateFormErrors, CudaForwardRefusesTheSoftplusGate) {
-  const Problem pb(Config{}, rng_);
-  for (const bool neg : {false, true}) {
-    SCOPED_TRACE(neg ? "allow_neg_eigval" : "beta = sigmoid");
-    Result r = poisoned_result(pb);
-    const Result untouched = r;
-    FwdParams p = params_for(pb, Backend::kCuda, r);
-    p.gate = GateForm::kSoftplus;
-    p.allow_neg_eigval = neg;
-    const Status s = fwd(p);
-    EXPECT_EQ(int(s.code), int(StatusCode::kUnsupported)) << s.message;
-    EXPECT_EQ(s.message.rfind("lower_bound:", 0), 0u) << s.message;
-    EXPECT_TRUE(r.out == untouched.out && r.final_state == untouched.final_state);
-    EXPECT_EQ(int(cuda_gate_support(p).code), int(StatusCode::kUnsupported));
-  }
-}
-
-// Every other form is the CUDA backend's (docs/spec.md, "Gate forms"): the forward takes a null
-// A_log and allow_neg_eigval, the decode all three gates and allow_neg_eigval. src/api lets them
-// through: the forward's support check passes them, and on a machine without a usable GPU the call
-// reaches the backend and gets its "backend:" error, not one naming the form. (On an sm_90 GPU
-// tools/kda_gpu_check runs the forms against the float64 reference; these host buffers are not
-// handed to a GPU, so the calls are skipped there.)
-TEST_F(GateFormErrors, CudaTakesTheOtherForms) {
+// Every form is the CUDA backend's (docs/spec.md, "Gate forms"): the forward and the decode take a
+// null A_log, the softplus gate and allow_neg_eigval. src/api lets them through: on a machine
+// without a usable GPU the call reaches the backend and gets its "backend:" error, not one naming
+// the form. (On an sm_90 GPU tools/kda_gpu_check runs the forms against the float64 reference; these
+// host buffers are not handed to a GPU, so the calls are skipped there.)
+TEST_F(GateFormErrors, CudaTakesEveryForm) {
   const Problem pb(Config{}, rng_);
   struct Edit {
     std::function<void(ProblemParams&)> edit;
     const char* name;
-    bool forward;  // the CUDA forward computes it too
   };
   const Edit edits[] = {
-      {[](ProblemParams& p) { p.A_log = nullptr; }, "A_log=null", true},
-      {[](ProblemParams& p) { p.allow_neg_eigval = true; }, "allow_neg_eigval", true},
-      {[](ProblemParams& p) { p.A_log = nullptr, p.allow_neg_eigval = true; }, "both", true},
-      {[](ProblemParams& p) { p.gate = GateForm::kSoftplus; }, "softplus", false},
-      {[](ProblemParams& p) { p.gate = GateForm::kSoftplus, p.allow_neg_eigval = true; }, "softplus+neg", false},
+      {[](ProblemParams& p) { p.A_log = nullptr; }, "A_log=null"},
+      {[](ProblemParams& p) { p.allow_neg_eigval = true; }, "allow_neg_eigval"},
+      {[](ProblemParams& p) { p.A_log = nullptr, p.allow_neg_eigval = true; }, "both"},
+      {[](ProblemParams& p) { p.gate = GateForm::kSoftplus; }, "softplus"},
+      {[](ProblemParams& p) { p.gate = GateForm::kSoftplus, p.allow_neg_eigval = true; }, "softplus+neg"},
   };
   const bool gpu = cuda_available();
   for (const Edit& e : edits) {
     SCOPED_TRACE(e.name);
-    if (e.forward) {
-      Result r = poisoned_result(pb);
-      FwdParams p = params_for(pb, Backend::kCuda, r);
-      e.edit(p);
-      EXPECT_TRUE(cuda_gate_support(p).ok());
-      if (!gpu) {
-        const Status s = fwd(p);
-        EXPECT_FALSE(s.ok());
-        EXPECT_EQ(s.message.rfind("backend:", 0), 0u) << s.message;
-      }
-    }
     if (gpu) continue;
+    Result r = poisoned_result(pb);
+    FwdParams p = params_for(pb, Backend::kCuda, r);
+    e.edit(p);
+    const Status s = fwd(p);
+    EXPECT_FALSE(s.ok());
+    EXPECT_EQ(s.message.rfind("backend:", 0), 0u) << s.message;
     StateBuffer pool(DType::kF32, size_t(pb.state_count()));
     std::vector<uint16_t> out(size_t(pb.out_count()), kPoisonBf16);
     Config dc;

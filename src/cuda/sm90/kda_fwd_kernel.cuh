@@ -9,7 +9,8 @@
 
 namespace flash_kda::cuda::sm90 {
 
-template <class Tr>
+// kSoftplus: the softplus gate's producer (docs/spec.md, "Gate forms"); the consumers are the same.
+template <class Tr, bool kSoftplus>
 __global__ void __launch_bounds__(Tr::kThreads, 1) kda_fwd_kernel(const __grid_constant__ KdaFwdArgs args) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   auto& sm = *reinterpret_cast<typename Tr::Smem*>(smem_bytes);
@@ -19,7 +20,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) kda_fwd_kernel(const __grid_c
   const int warp = threadIdx.x >> 5;
   if (warp < Tr::kProducerWarps) {
     const int group = warp / 4;
-    KdaProducer<Tr>(args, work, sm.group[group], group, threadIdx.x % Tr::kGroupThreads).run(sm.stage);
+    KdaProducer<Tr, kSoftplus>(args, work, sm.group[group], group, threadIdx.x % Tr::kGroupThreads).run(sm.stage);
   } else {
     const RowsIO io = whole_sequence_rows(args, work, Tr::kVRows);
     KdaConsumer<Tr, Fp32StageView<Tr>>(args, work, io, sm, warp - Tr::kProducerWarps, threadIdx.x & 31).run();

@@ -13,6 +13,13 @@
 // lower_bound >= -5, so every factor is a normal fp32/tf32 number; masked entries are selected
 // away, never multiplied by zero.
 //
+// The softplus gate (kSoftplus; docs/spec.md, "Gate forms") has no floor, so those references could
+// overflow. Its P2 forms the per-token factors alpha_t = exp(a_t) in [0, 1] and builds every decay
+// as a running product of them, never a quotient: k_tilde, q_tilde from the chunk start, k_dec to the
+// chunk end, gamma over the chunk; its P3 forms A and M pair by pair in fp32 (each thread the
+// contributions of its channel, reduced over the 128 channels with shuffles and a shared-memory
+// combine; docs/kernel.md, "The softplus gate in the producer"). P1, P4 and the sinks are shared.
+//
 // Where the prepared chunk goes is a policy (a "sink"): the fused kernel writes it into a ring
 // stage its consumers read (StageSink); the preparation pass writes it to the workspace in the
 // compact form of KdaPrepared (WorkspaceSink, kda_prep.cuh).
@@ -21,6 +28,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <utility>
+
 #include "../common/ptx.cuh"
 #include "kda_fwd_scheduler.cuh"
 #include "kda_fwd_traits.cuh"
@@ -28,6 +37,14 @@
 namespace flash_kda::cuda::sm90 {
 
 __device__ __forceinline__ float bf16_bits_to_float(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
+
+// (x, y) = swap ? (a, b) : (b, a), as two selp: written as C++ selects of array elements, the
+// compiler turns them into a select of addresses and moves the array to local memory.
+__device__ __forceinline__ void swap_if(bool swap, float a, float b, float& x, float& y) {
+  asm("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %2, 0;\n\tselp.f32 %0, %3, %4, p;\n\tselp.f32 %1, %4, %3, p;\n\t}"
+      : "=f"(x), "=f"(y)
+      : "r"(int(swap)), "f"(a), "f"(b));
+}
 
 // The fused kernel's sink: the prepared chunk lands in a shared-memory ring stage, rounded to tf32.
 template <class Stage>
@@ -56,7 +73,9 @@ struct StageSink {
   __device__ void neg_t(int t, int s, float x) const { st.neg_t[t][s] = ptx::round_tf32(x); }
 };
 
-template <class Tr>
+// kSoftplus: the softplus gate's P2 and P3 (see above); false: the sigmoid gate, whose code is
+// unchanged by the other form.
+template <class Tr, bool kSoftplus = false>
 struct KdaProducer {
   using Smem = typename Tr::Smem;
   using Group = typename Tr::Group;
@@ -151,6 +170,25 @@ struct KdaProducer {
                           BeforeTiles before_tiles) {
     const int valid = int(min(int64_t(C), w.len - int64_t(i) * C));
     norms(raw, valid, beta_raw);
+    if constexpr (kSoftplus) {
+      float alpha[C];
+      softplus_factors(raw, valid, gmul, gadd, alpha);
+      group_sync();  // norms are visible
+      before_tiles();
+      softplus_tiles(raw, sink, alpha);  // also this warp's partial sums of A and M
+      group_sync();                      // the partial sums are visible
+      // Warp 0 combines A and goes on to the inverse; warps 2 and 3 combine M meanwhile.
+      const int warp = ptid >> 5;
+      if (warp == 0) {
+        softplus_l_matrix();
+        __syncwarp();
+        inverse(sink);
+      } else if (warp >= 2) {
+        softplus_m_matrix(sink, warp - 2);
+      }
+      group_sync();
+      return;
+    }
     float G[C];
     gate_prefix(raw, valid, gmul, gadd, G);
     group_sync();  // norms are visible
@@ -175,9 +213,11 @@ struct KdaProducer {
   // in prepare(), `done(i)` after it.
   template <class SinkOf, class Before, class Done>
   __device__ void run_chunks(int first, int step, int limit, SinkOf sink_of, Before before_tiles, Done done) {
-    // -rate * (g + dt_bias) * log2(e) = g * gate_mul + gate_add: one FMA per element.
+    // -rate * (g + dt_bias) * log2(e) = g * gate_mul + gate_add: one FMA per element. The softplus
+    // gate takes dt_bias itself (softplus(g + dt_bias) is not linear in g).
     const float gmul = gate_mul();
-    const float gadd = gmul * a.dt_bias[w.hv * D + ptid];
+    const float dt_bias = a.dt_bias[w.hv * D + ptid];
+    const float gadd = kSoftplus ? dt_bias : gmul * dt_bias;
     load_raw(first, 0, limit);
     float beta_next = load_beta(first, limit);
     for (int n = 0, i = first; i < limit; ++n, i += step) {
@@ -367,6 +407,197 @@ struct KdaProducer {
     const float beta_j = grp.beta[j];
 #pragma unroll
     for (int t = 0; t < C; ++t) sink.neg_t(t, j, -x[t] * beta_j);
+  }
+
+  // ---- the softplus gate (kSoftplus) ----------------------------------------------------------------
+
+  // P3 of the softplus gate sums, for each column s, the entries M[t][s] (t >= s) and A[t][s] (t > s)
+  // over the channels. Columns s and C - 1 - s together have exactly 32 such entries, one per lane
+  // after a warp's transposing reduction: pair p = min(s, C - 1 - s) holds column p in slots
+  // 0 .. 30 - 2p and column C - 1 - p in slots 31 - 2p .. 31, each column as M[s][s], then M[t][s],
+  // A[t][s] for t = s + 1, s + 2, ...
+  static constexpr int kPairs = C / 2;
+  __host__ __device__ static constexpr int pair_of(int s) { return s < C / 2 ? s : C - 1 - s; }
+  __host__ __device__ static constexpr int column_base(int s) { return s < C / 2 ? 0 : 2 * s + 1; }
+  __host__ __device__ static constexpr int slot_m(int t, int s) {
+    return column_base(s) + (t == s ? 0 : 2 * (t - s) - 1);
+  }
+  __host__ __device__ static constexpr int slot_a(int t, int s) { return column_base(s) + 2 * (t - s); }
+  static_assert(slot_a(C - 1, C / 2 - 1) + 1 == column_base(C / 2) && slot_a(C - 1, C / 2) == 31,
+                "two columns of a pair fill 32 slots");
+  // The per-warp partial sums [warp][pair][slot] live in the k_bar tile, which only the sigmoid
+  // gate's P3 reads.
+  static_assert(sizeof(float) * (P / 32) * kPairs * 32 <= sizeof(Group::k_bar),
+                "the partial sums of A and M fit the k_bar tile");
+  __device__ float* partial_sums() const { return &grp.k_bar[0][0]; }
+
+  // P2a (softplus): this thread's channel's factors alpha_t = exp(-rate softplus(g_t + dt_bias)) in
+  // [0, 1] (1 past the end of the sequence: no decay). softplus(x) = x for x > 20 (as fla) and
+  // log1p(e^x) otherwise: log1pf keeps softplus(x) ~ e^x for a very negative x, where log(1 + e^x)
+  // would round to 0 (no decay) too early. gate_mul = -rate log2(e) is finite for A_log < 88 (the
+  // contract); rate softplus(x) overflowing gives 2^-Inf = 0 (ex2.approx), an infinite decay. A factor
+  // below 1e-30 is 0, as in the CUDA decode and the fp32 CPU paths. NaN stays NaN.
+  __device__ void softplus_factors(const typename Tr::Raw& raw, int valid, float gate_mul, float dt_bias,
+                                   float (&alpha)[C]) const {
+    const int c = ptid;
+#pragma unroll
+    for (int t = 0; t < C; ++t) {
+      const float x = bf16_bits_to_float(raw.g[t][c]) + dt_bias;
+      const float sp = x > 20.f ? x : log1pf(ptx::ex2(x * 1.4426950408889634f));
+      const float f = ptx::ex2(gate_mul * sp);
+      alpha[t] = t < valid ? (f < 1e-30f ? 0.f : f) : 1.f;
+    }
+  }
+
+  // P2b + P3a (softplus): the tiles of this thread's channel c from running products of its factors
+  // (each a product of numbers in [0, 1]: no overflow, no quotient, one rounding per factor)
+  //   k_tilde_t = k_hat_t E_t, q_tilde_t = q_hat_t E_t, E_t = prod_{u <= t} alpha_u, gamma = E_{C-1},
+  //   k_dec_s = k_hat_s R_s, R_s = prod_{s < u < C} alpha_u,
+  // then its contributions k_hat_t k_hat_s P_ts and q_hat_t k_hat_s P_ts (P_ts = prod_{s < u <= t}
+  // alpha_u) to A and M, summed over the warp's 32 channels; lane l stores the sum of slot l.
+  template <class Sink>
+  __device__ void softplus_tiles(const typename Tr::Raw& raw, const Sink& sink, const float (&alpha)[C]) {
+    const int c = ptid, lane = ptid & 31, warp = ptid >> 5;
+    float k_hat[C], q_hat[C], nv[C];
+#pragma unroll
+    for (int t = 0; t < C; t += 4) {
+      const float4 rk = *reinterpret_cast<const float4*>(&grp.rk[t]);
+      const float4 rq = *reinterpret_cast<const float4*>(&grp.rq[t]);
+      const float rk_[4] = {rk.x, rk.y, rk.z, rk.w}, rq_[4] = {rq.x, rq.y, rq.z, rq.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        k_hat[t + j] = bf16_bits_to_float(raw.k[t + j][c]) * rk_[j];
+        q_hat[t + j] = bf16_bits_to_float(raw.q[t + j][c]) * rq_[j];
+        if constexpr (Tr::kLoadV) nv[t + j] = c < Tr::kVRows ? -bf16_bits_to_float(raw.v[t + j][c]) : 0.f;
+      }
+    }
+    if constexpr (Tr::kLoadV) {
+      if (c < Tr::kVRows) sink.neg_v(c, nv);
+    }
+    float e[C];  // E_t
+    e[0] = alpha[0];
+#pragma unroll
+    for (int t = 1; t < C; ++t) e[t] = e[t - 1] * alpha[t];
+#pragma unroll
+    for (int t = 0; t < C / 2; ++t) {  // tokens t and t + 8 share one interleaved store
+      const float k_til[2] = {k_hat[t] * e[t], k_hat[t + C / 2] * e[t + C / 2]};
+      const float q_til[2] = {q_hat[t] * e[t], q_hat[t + C / 2] * e[t + C / 2]};
+      sink.kq(t, c, k_til, q_til);
+    }
+    sink.gamma(c, e[C - 1]);
+    float k_dec[C];
+    float r = 1.f;  // R_s
+#pragma unroll
+    for (int s = C - 1; s >= 0; --s) {
+      k_dec[s] = k_hat[s] * r;
+      r *= alpha[s];
+    }
+    sink.k_dec(c, k_dec);
+
+    pair_partials(k_hat, q_hat, alpha, partial_sums() + warp * kPairs * 32 + lane, lane,
+                  std::make_integer_sequence<int, kPairs>{});
+  }
+
+  // Every pair's partial sums (a template parameter each, so that every register index is a
+  // compile-time constant).
+  template <int... kP>
+  __device__ void pair_partials(const float (&k_hat)[C], const float (&q_hat)[C], const float (&alpha)[C], float* part,
+                                int lane, std::integer_sequence<int, kP...>) const {
+    (pair_partial<kP>(k_hat, q_hat, alpha, part, lane), ...);
+  }
+
+  // Pair kP's 32 entries of this thread's channel, summed over the warp, in two halves of 16 slots
+  // (each half's values formed just before its reduction: fewer live registers); lane l stores slot l.
+  template <int kP>
+  __device__ void pair_partial(const float (&k_hat)[C], const float (&q_hat)[C], const float (&alpha)[C], float* part,
+                               int lane) const {
+    const float lo = reduce16(half_entries<kP, 0>(k_hat, q_hat, alpha), lane);
+    const float hi = reduce16(half_entries<kP, 1>(k_hat, q_hat, alpha), lane);
+    part[kP * 32] = lane < 16 ? lo : hi;
+  }
+
+  struct Sixteen {
+    float x[16];
+  };
+  // Slots 16 kH .. 16 kH + 15 of pair kP: slot j is column s = kP (j < 31 - 2 kP) or C - 1 - kP,
+  // local index l = j - column_base(s): M[s][s] for l = 0, M[s + m][s] for l = 2m - 1, A[s + m][s]
+  // for l = 2m. Each value is k_hat_s times the factors alpha_{s+1} .. alpha_t in that order, so
+  // consecutive slots of a column share their products (one running product after CSE).
+  template <int kP, int kH>
+  __device__ static Sixteen half_entries(const float (&k_hat)[C], const float (&q_hat)[C], const float (&alpha)[C]) {
+    Sixteen v;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int j = 16 * kH + i;
+      const int s = j < 31 - 2 * kP ? kP : C - 1 - kP;
+      const int l = j - (j < 31 - 2 * kP ? 0 : 31 - 2 * kP);
+      const int t = s + (l + 1) / 2;
+      float w = k_hat[s];
+#pragma unroll
+      for (int u = 1; u < C; ++u)
+        if (s + u <= t) w *= alpha[s + u];
+      v.x[i] = (l % 2 == 0 && l > 0 ? k_hat[t] : q_hat[t]) * w;
+    }
+    return v;
+  }
+
+  // Transposing reduction of 16 values over the warp: in the step of width h a lane keeps the half
+  // of its h + h values whose slots agree with its own bit h and adds its partner's (lane ^ h) copy
+  // of that half, sending the other half. Afterwards x[i] (i < h) is slot (lane & (16 - h)) + i
+  // summed over the lanes that differ from this one only in bits h .. 8; a last exchange with lane
+  // ^ 16 completes the sum. Returns slot lane % 16 summed over the warp: 16 shuffles for 16 sums
+  // (half of a 32-value reduction's registers, for one more shuffle).
+  __device__ static float reduce16(Sixteen v, int lane) {
+    float (&x)[16] = v.x;
+#pragma unroll
+    for (int step = 0; step < 4; ++step) {
+      const int h = 8 >> step;
+      const bool upper = lane & h;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {  // (a constant trip count: `i < h` would not be unrolled)
+        if (i < h) {
+          float send, keep;
+          swap_if(upper, x[i], x[i + h], send, keep);
+          x[i] = keep + __shfl_xor_sync(0xffffffffu, send, h);
+        }
+      }
+    }
+    return x[0] + __shfl_xor_sync(0xffffffffu, x[0], 16);
+  }
+
+  // Entry `slot` of pair `p` summed over the group's warps.
+  __device__ float pair_sum(int p, int slot) const {
+    const float* part = partial_sums() + p * 32 + slot;
+    constexpr int kW = kPairs * 32;  // one warp's partial sums
+    static_assert(P / 32 == 4, "four warps a group");
+    return (part[0] + part[kW]) + (part[2 * kW] + part[3 * kW]);
+  }
+
+  // P3b (softplus, warp 0): L^T, L = diag(beta) * strict_lower(A), every entry (zeros on and above
+  // the diagonal), as l_matrix() stores it.
+  __device__ void softplus_l_matrix() {
+    const int lane = ptid & 31;
+#pragma unroll
+    for (int e = 0; e < C * C / 32; ++e) {
+      const int idx = 32 * e + lane, s = idx / C, t = idx % C;
+      const bool below = s < t;
+      const float sum = pair_sum(pair_of(s), below ? slot_a(t, s) : 0);
+      grp.l_t[s][t] = below ? grp.beta[t] * sum : 0.f;
+    }
+  }
+
+  // P3c (softplus, warps 2, 3): rows 8 half .. 8 half + 7 of M, M[t][s] = sum_c q_hat_tc k_hat_sc P_ts
+  // (q_hat with the scale) for s <= t, every entry (zeros above the diagonal), as m_matrix() stores it.
+  template <class Sink>
+  __device__ void softplus_m_matrix(const Sink& sink, int half) {
+    const int lane = ptid & 31;
+#pragma unroll
+    for (int e = 0; e < C * C / 64; ++e) {
+      const int idx = C * C / 2 * half + 32 * e + lane, t = idx / C, s = idx % C;
+      const bool lower = s <= t;
+      const float sum = pair_sum(pair_of(s), lower ? slot_m(t, s) : 0);
+      sink.m(t, s, lower ? sum : 0.f);
+    }
   }
 };
 

@@ -41,8 +41,9 @@ struct KdaFwdArgs {
   int group;                                                    // HV / H (value heads per q/k head)
   int slices;                                                   // 128 / kVRows: CTAs per (sequence, head)
   float scale;
-  float lower_bound_log2;         // lower_bound * log2(e): gates are kept in base 2
+  float lower_bound_log2;         // lower_bound * log2(e): gates are kept in base 2 (sigmoid gate)
   float beta_scale;               // 1, or 2 with allow_neg_eigval (beta = 2 sigmoid(logit))
+  bool softplus_gate;             // GateForm::kSoftplus: a = -exp(A_log) softplus(g + dt_bias), no floor
   bool initial_fp32, final_fp32;  // state dtypes (they may differ; docs/spec.md)
   bool cu_seqlens_i64;
 };
@@ -137,7 +138,7 @@ struct KdaGroup {
   static constexpr int kChunk = KdaDims::kChunk, kDim = KdaDims::kDim;
   static constexpr int kPitchK = KdaDims::kPitchK, kPitchKI = KdaDims::kPitchKI, kPitchT = KdaDims::kPitchT;
   KdaRaw<kVRows> raw[kRawStages];
-  float k_bar[kChunk][kPitchK];  // k_hat_s * 2^{-G_s} (A and M only)
+  float k_bar[kChunk][kPitchK];  // k_hat_s * 2^{-G_s} (A and M only); the softplus gate: partial sums of A, M
   float l_t[kChunk][kChunk];     // L^T with L = diag(beta) * strict_lower(A)
   float rq[kChunk];              // scale / ||q_t||
   float rk[kChunk];              // 1 / ||k_t||

@@ -46,7 +46,8 @@ struct WorkspaceSink {
     // Token pairs w and w + 4 are adjacent words.
     uint32_t* d = reinterpret_cast<uint32_t*>(dst + KdaPrepared::kKDec);
 #pragma unroll
-    for (int w = 0; w < 4; ++w) *reinterpret_cast<uint2*>(d + KdaPrepared::k_dec_word(c, w)) = make_uint2(h[w], h[w + 4]);
+    for (int w = 0; w < 4; ++w)
+      *reinterpret_cast<uint2*>(d + KdaPrepared::k_dec_word(c, w)) = make_uint2(h[w], h[w + 4]);
   }
   __device__ void gamma(int c, float g) const {
     reinterpret_cast<float*>(dst + KdaPrepared::kGamma)[KdaPrepared::gamma_word(c)] = g;
@@ -65,6 +66,8 @@ __device__ __forceinline__ unsigned char* prepared_chunk(const PlanArgs& p, int 
   return p.prepared + ((p.seq.chunk_off[n] + c) * heads_v + hv) * int64_t(KdaPrepared::kBytes);
 }
 
+// kSoftplus: the softplus gate's producer (docs/spec.md, "Gate forms").
+template <bool kSoftplus>
 __global__ void __launch_bounds__(KdaPrepTraits::kThreads, KdaPrepTraits::kCtasPerSm)
     kda_prep_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p) {
   using Tr = KdaPrepTraits;
@@ -83,13 +86,9 @@ __global__ void __launch_bounds__(KdaPrepTraits::kThreads, KdaPrepTraits::kCtasP
   const float inv_scale = a.scale != 0.f ? 1.f / a.scale : 0.f;
   unsigned char* base = prepared_chunk(p, a.heads_v, n, hv, 0);
   const int64_t stride = int64_t(a.heads_v) * KdaPrepared::kBytes;
-  KdaProducer<Tr> producer(a, w, sm.group, 0, threadIdx.x);
+  KdaProducer<Tr, kSoftplus> producer(a, w, sm.group, 0, threadIdx.x);
   producer.run_chunks(
-      c0, 1, c1,
-      [&](int i) {
-        return WorkspaceSink{sm.tiles, base + i * stride, inv_scale};
-      },
-      [](int) {}, [](int) {});
+      c0, 1, c1, [&](int i) { return WorkspaceSink{sm.tiles, base + i * stride, inv_scale}; }, [](int) {}, [](int) {});
 }
 
 }  // namespace flash_kda::cuda::sm90

@@ -10,12 +10,23 @@ cudaError_t launch_kda_plan(const KdaFwdArgs& a, const PlanArgs& p, cudaStream_t
   return cudaGetLastError();
 }
 
-cudaError_t launch_kda_prep(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas, cudaStream_t stream) {
-  const cudaError_t e = raise_smem_limit<kda_prep_kernel>(KdaPrepTraits::kSmemBytes);
+namespace {
+
+template <bool kSoftplus>
+cudaError_t launch_prep_gate(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas, cudaStream_t stream) {
+  const cudaError_t e = raise_smem_limit<kda_prep_kernel<kSoftplus>>(KdaPrepTraits::kSmemBytes);
   if (e != cudaSuccess) return e;
-  kda_prep_kernel<<<dim3(static_cast<unsigned>(ctas)), KdaPrepTraits::kThreads, KdaPrepTraits::kSmemBytes, stream>>>(a,
-                                                                                                                     p);
+  kda_prep_kernel<kSoftplus>
+      <<<dim3(static_cast<unsigned>(ctas)), KdaPrepTraits::kThreads, KdaPrepTraits::kSmemBytes, stream>>>(a, p);
   return cudaGetLastError();
+}
+
+}  // namespace
+
+// The softplus gate has its own preparation kernel (docs/spec.md, "Gate forms"); the recurrence,
+// chain and plan kernels serve every gate.
+cudaError_t launch_kda_prep(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas, cudaStream_t stream) {
+  return a.softplus_gate ? launch_prep_gate<true>(a, p, ctas, stream) : launch_prep_gate<false>(a, p, ctas, stream);
 }
 
 template <int kConsumerWarps>

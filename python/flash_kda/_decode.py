@@ -35,8 +35,8 @@ def decode(
 
     q, k, v, g, beta, out, A_log, dt_bias, scale, lower_bound, cu_seqlens and allow_neg_eigval are as
     for :func:`flash_kda.fwd` (``lower_bound=None``: the softplus gate; ``A_log=None`` with a
-    lower_bound: rate 1; CPU backends only for now), with T <= 8 tokens per sequence (every sequence of ``cu_seqlens`` at most
-    8). The recurrent state lives in a pool:
+    lower_bound: rate 1; every backend), with T <= 8 tokens per sequence (every sequence of
+    ``cu_seqlens`` at most 8). The recurrent state lives in a pool:
 
     ===================  =========  ==================================================
     state                bf16/fp32  [P, HV, V, K], contiguous; read and written in place

@@ -261,7 +261,7 @@ class HeadRunner {
       const float* e_prev = i > 0 ? s_.decay.data() + (i - 1) * Kp_ : nullptr;
       for (int64_t c = 0; c < Kp_; c += W) {
         const Vec x = S::load(gate + c) + S::load(s_.dt_bias.data() + c);
-        const Vec alpha = flush(S::exp(-gate_rate * S::softplus(x)));
+        const Vec alpha = flush(S::exp(-S::rate_softplus(x, task_.A_log, gate_rate)));
         S::store(a_row + c, alpha);
         S::store(e_row + c, e_prev ? flush(S::load(e_prev + c) * alpha) : alpha);
       }

@@ -80,7 +80,7 @@ class DecodeRunner {
         // 0 (a token may decay a channel to exactly 0; what it would keep is below fp32's resolution),
         // so no denormal is multiplied; no number gives 0 · Inf or NaN.
         const Vec x = S::load(alpha + c) + S::load(s_.dt_bias.data() + c);
-        const Vec a = S::exp(-gate_rate * S::softplus(x));
+        const Vec a = S::exp(-S::rate_softplus(x, task_.A_log, gate_rate));
         S::store(alpha + c, a < 1e-30f ? Vec{} : a);
       }
     } else {

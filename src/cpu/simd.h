@@ -85,7 +85,7 @@ struct Simd {
   // comes from the reduction u = 2^e m with m in [sqrt(1/2), sqrt(2)] (e = 0 or 1, exact) and the
   // Cephes logf polynomial in m - 1; log1p(y) = log(u) · y / (u - 1) then corrects the rounding of
   // 1 + y (and is y where u rounds to 1). For x < -87 the result is e^-87 instead of e^x (exp's
-  // clamp): a difference below 2e-38.
+  // clamp): a difference below 2e-38, which a large rate would magnify; rate_softplus below.
   static FLASH_KDA_INLINE Vec softplus(Vec x) {
     const Vec abs_x = x < 0.0f ? -x : x;
     const Vec y = exp(-abs_x);
@@ -106,6 +106,18 @@ struct Simd {
     const Vec d = u - 1.0f;
     const Vec log1p_y = d == 0.0f ? y : log_u * (y / (d == 0.0f ? splat(1.0f) : d));
     return (x > 0.0f ? x : splat(0.0f)) + log1p_y;
+  }
+
+  // exp(log_rate) · softplus(x), the softplus gate's decay rate (rate = exp(log_rate)). Where e^x
+  // is far below 1 the product is formed as exp(log_rate + x): softplus(x) = e^x to within e^x / 2
+  // relative for x < -20, and the rate may be as large as e^88, so the product of the rate and an
+  // e^x that exp's clamp (or fp32) cut off at e^-87 would be e^(log_rate - 87) instead of
+  // e^(log_rate + x) (A_log = 80, g = -100: a decay of e^-7 a token instead of e^-3e-9). NaN stays
+  // NaN (the comparison is false and the direct form keeps it).
+  static FLASH_KDA_INLINE Vec rate_softplus(Vec x, float log_rate, float rate) {
+    const Vec direct = rate * softplus(x);
+    const Vec small = exp(x + log_rate);
+    return x < -20.0f ? small : direct;
   }
 };
 

@@ -218,6 +218,17 @@ TEST_F(ExtremeGates, NoDecayAtAll) {
   check(pb);
 }
 
+// A rate of e^80 (A_log = 80, inside the contract's A_log < 88) on nearly vanishing softplus values
+// (g = -90 and -100: rate · softplus = e^-10 and e^-20 a token): the decays are tiny but not zero,
+// and a softplus that fp32's e^x cut off at e^-87 would decay by e^-7 a token instead.
+TEST_F(ExtremeGates, HugeRateOnVanishingSoftplus) {
+  Problem pb = make(40);
+  pb.A_log[0] = 80.0f;
+  for (int64_t t = 0; t < pb.T; ++t)
+    for (int64_t c = 0; c < pb.K; ++c) set_g(pb, t, 0, c, c % 2 ? -90.0f : -100.0f);
+  check(pb);
+}
+
 // Random mixtures: each (token, channel) is, at random, an e^-200 decay, no decay, or a normal gate.
 TEST_F(ExtremeGates, RandomMixture) {
   Problem pb = make(100, 1);

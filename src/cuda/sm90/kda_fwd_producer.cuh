@@ -79,9 +79,16 @@ struct KdaProducer {
   // copies is the same in every chunk; only the chunk offset changes).
   const uint16_t *q_src[kQkgVecs], *k_src[kQkgVecs], *g_src[kQkgVecs], *v_src[kVVecs > 0 ? kVVecs : 1];
   const uint16_t* beta_src;
+  int shift;  // w.shift, or 0 where the grid is never shifted (known at compile time there)
 
   __device__ KdaProducer(const KdaFwdArgs& args, const WorkUnit& work, Group& group_smem, int group, int tid)
-      : a(args), w(work), grp(group_smem), gidx(group), ptid(tid), nchunks(int((work.len + C - 1) / C)) {
+      : a(args),
+        w(work),
+        grp(group_smem),
+        gidx(group),
+        ptid(tid),
+        nchunks(int(chunk_count(work.len, Tr::kShiftedGrid ? work.shift : 0))),
+        shift(Tr::kShiftedGrid ? work.shift : 0) {
     const int hq = w.hv / a.group;
     const uint16_t* q_base = a.q + w.row * a.q_s[0] + w.begin * a.q_s[1] + hq * a.q_s[2];
     const uint16_t* k_base = a.k + w.row * a.k_s[0] + w.begin * a.k_s[1] + hq * a.k_s[2];
@@ -106,16 +113,16 @@ struct KdaProducer {
   __device__ void group_sync() const { ptx::bar_sync(Tr::kBarGroup0 + gidx, P); }
 
   // Issues the cp.async copies of chunk i (q, k, g: all channels; v: this CTA's rows) into the
-  // group's raw buffer `buf` if i < limit; tokens past the end are zero-filled. Always commits one
-  // group.
+  // group's raw buffer `buf` if i < limit; tokens past the end, and the virtual ones before the
+  // first (w.shift), are zero-filled. Always commits one group.
   __device__ void load_raw(int i, int buf, int limit) {
     if (i < limit) {
       typename Tr::Raw& raw = grp.raw[buf];
-      const int64_t t0 = int64_t(i) * C;
+      const int64_t t0 = int64_t(i) * C - shift;  // the chunk's first token
 #pragma unroll
       for (int m = 0; m < kQkgVecs; ++m) {
         const int idx = ptid + m * P, t = idx / (D / 8), col = (idx % (D / 8)) * 8;
-        const bool valid = t0 + t < w.len;
+        const bool valid = (!Tr::kShiftedGrid || t0 + t >= 0) && t0 + t < w.len;
         const uint32_t bytes = valid ? 16 : 0;
         // An invalid row copies nothing; its source address is clamped to the sequence start.
         ptx::cp_async_16(&raw.q[t][col], valid ? q_src[m] + t0 * a.q_s[1] : q_src[m], bytes);
@@ -126,7 +133,7 @@ struct KdaProducer {
       for (int m = 0; m < kVVecs; ++m) {
         const int idx = ptid + m * P, t = idx / kVRowVecs, col = (idx % kVRowVecs) * 8;
         if (idx < C * Tr::kVRows / 8) {
-          const bool valid = t0 + t < w.len;
+          const bool valid = (!Tr::kShiftedGrid || t0 + t >= 0) && t0 + t < w.len;
           ptx::cp_async_16(&raw.v[t][col], valid ? v_src[m] + t0 * a.v_s[1] : v_src[m], valid ? 16 : 0);
         }
       }
@@ -135,8 +142,10 @@ struct KdaProducer {
   }
 
   __device__ float load_beta(int i, int limit) const {
-    const int64_t t = int64_t(i) * C + ptid;
-    return (ptid < C && i < limit && t < w.len) ? bf16_bits_to_float(beta_src[int64_t(i) * C * a.beta_s[1]]) : 0.f;
+    const int64_t t0 = int64_t(i) * C - shift, t = t0 + ptid;
+    return (ptid < C && i < limit && (!Tr::kShiftedGrid || t >= 0) && t < w.len)
+               ? bf16_bits_to_float(beta_src[t0 * a.beta_s[1]])
+               : 0.f;
   }
 
   // -rate * log2(e), rate = exp(A_log), or 1 without A_log (docs/spec.md, "Gate forms").
@@ -149,10 +158,14 @@ struct KdaProducer {
   template <class Sink, class BeforeTiles>
   __device__ void prepare(const typename Tr::Raw& raw, int i, float beta_raw, float gmul, float gadd, const Sink& sink,
                           BeforeTiles before_tiles) {
-    const int valid = int(min(int64_t(C), w.len - int64_t(i) * C));
-    norms(raw, valid, beta_raw);
+    // Tokens [lo, valid) of the chunk are real ones: not past the end, not virtual ones before the
+    // start (lo > 0 only in chunk 0 of a shifted grid; docs/kernel.md, "The shifted chunk grid and
+    // checkpoints").
+    const int64_t t0 = int64_t(i) * C - shift;
+    const int lo = Tr::kShiftedGrid ? int(max(int64_t(0), -t0)) : 0, valid = int(min(int64_t(C), w.len - t0));
+    norms(raw, lo, valid, beta_raw);
     float G[C];
-    gate_prefix(raw, valid, gmul, gadd, G);
+    gate_prefix(raw, lo, valid, gmul, gadd, G);
     group_sync();  // norms are visible
     before_tiles();
     tiles(raw, sink, G);
@@ -206,7 +219,7 @@ struct KdaProducer {
   }
 
   // P1: kGroupThreads / 16 threads per token, reduced with shuffles inside the warp.
-  __device__ void norms(const typename Tr::Raw& raw, int valid, float beta_raw) {
+  __device__ void norms(const typename Tr::Raw& raw, int lo, int valid, float beta_raw) {
     constexpr int kLanes = P / C, kCh = D / kLanes;  // lanes per token, channels per lane
     const int t = ptid / kLanes, part = ptid % kLanes;
     float ssq_q = 0.f, ssq_k = 0.f;
@@ -236,11 +249,12 @@ struct KdaProducer {
     }
     // beta_scale is 1, or 2 with allow_neg_eigval (an exact doubling; docs/kernel.md, numerics).
     if (ptid < C)
-      grp.beta[ptid] = ptid < valid ? a.beta_scale * ptx::rcp(1.f + ptx::ex2(-1.4426950408889634f * beta_raw)) : 0.f;
+      grp.beta[ptid] =
+          ptid >= lo && ptid < valid ? a.beta_scale * ptx::rcp(1.f + ptx::ex2(-1.4426950408889634f * beta_raw)) : 0.f;
   }
 
   // P2a: gates of this thread's channel, prefix-summed over the chunk in base 2.
-  __device__ void gate_prefix(const typename Tr::Raw& raw, int valid, float gate_mul, float gate_add,
+  __device__ void gate_prefix(const typename Tr::Raw& raw, int lo, int valid, float gate_mul, float gate_add,
                               float (&G)[C]) const {
     const int c = ptid;
     float acc = 0.f;
@@ -248,7 +262,7 @@ struct KdaProducer {
     for (int t = 0; t < C; ++t) {
       // sigmoid(x) = 1 / (1 + 2^{-x log2 e}); the approximate ex2/rcp reach 0 and 1 exactly.
       const float sig = ptx::rcp(1.f + ptx::ex2(fmaf(bf16_bits_to_float(raw.g[t][c]), gate_mul, gate_add)));
-      acc += t < valid ? a.lower_bound_log2 * sig : 0.f;
+      acc += t >= lo && t < valid ? a.lower_bound_log2 * sig : 0.f;
       G[t] = acc;
     }
   }

@@ -11,8 +11,10 @@
 //                            gates
 //   kda_gpu_check check-decode   the decode checks alone
 //   kda_gpu_check sanitize   small varlen forward and decode cases (compute-sanitizer memcheck / racecheck)
-//   kda_gpu_check bench [--reps N] [--json FILE] [case ...]
-//                            the benchmark's prefill cases: median time, copy floor in the same run
+//   kda_gpu_check bench [--reps N] [--json FILE] [--ckpt I] [case ...]
+//                            the benchmark's prefill cases: median time, copy floor in the same run;
+//                            --ckpt I: with prefix-cache checkpoints every I tokens (the cost of them)
+//   kda_gpu_check check-ckpt the prefix-cache checkpoint checks alone (also part of check)
 //   kda_gpu_check bench-decode [--reps N] [--json FILE] [case ...]
 //                            the benchmark's decode256_32 and B = 1..256, T = 1, 4, fp32/bf16 pools, H = 32:
 //                            per-call median over rotated pools and inputs, copy floor in the same run
@@ -1741,6 +1743,335 @@ bool check_bench_case(const BenchCase& b, bool no_A_log, bool neg_eigval, bool s
   return ran;
 }
 
+// ---- prefix-cache checkpoints (docs/spec.md, "Prefix-cache checkpoints") ----------------------------
+
+// A checkpoint case: the inputs of `base` (its lengths, heads and state dtype), each sequence's
+// absolute start, the interval, the checkpoint pool's dtype and how its slots are chosen.
+struct CkptCase {
+  Case base;
+  std::vector<int64_t> starts;  // [N]; empty: checkpoint_start absent (all 0)
+  bool i32_start = false;
+  int64_t interval = 64;
+  DType pool = DType::kF32;
+  int64_t columns = -1;     // M; -1: as many as the sequence with the most boundaries needs
+  bool skip_some = false;   // every third slot -1
+  bool state_pool = false;  // the states live in the checkpoint pool (state_indices; pool dtype = state dtype)
+  std::vector<std::string> extra_plans;  // run on top of --plans (e.g. forced splits)
+};
+
+std::vector<CkptCase> ckpt_cases() {
+  std::vector<CkptCase> cs;
+  auto fixed = [](const char* name, int64_t B, int64_t T) {
+    Case c;
+    c.name = name, c.batch = B, c.seqlen = T, c.H = 2;
+    return c;
+  };
+  auto varlen = [](const char* name, std::vector<int64_t> lens, DType state = DType::kF32) {
+    Case c;
+    c.name = name, c.lens = std::move(lens), c.H = 2, c.state = state;
+    return c;
+  };
+  CkptCase k;
+  k = {};
+  k.base = fixed("ckpt fixed B=2 T=100 I=16 start 0", 2, 100);
+  k.interval = 16;
+  cs.push_back(k);
+  k = {};
+  k.base = fixed("ckpt fixed B=4 T=59 I=16 starts 5/31/1000/0 i32", 4, 59);
+  k.starts = {5, 31, 1000, 0};  // 5 + 59 = 64: a boundary at the last token
+  k.i32_start = true;
+  k.interval = 16;
+  cs.push_back(k);
+  k = {};
+  k.base = varlen("ckpt varlen I=64 bf16 pool, -1 slots", {59, 0, 1, 300, 128, 17, 200});
+  k.starts = {5, 3, 63, 31, 0, 1000, 64};  // last-token boundary (seq 0), 1 token to a boundary (seq 2)
+  k.interval = 64;
+  k.pool = DType::kBF16;
+  k.skip_some = true;
+  cs.push_back(k);
+  k = {};
+  k.base = varlen("ckpt varlen I=16 bf16 states, 1-token", {1, 1, 16, 33, 0, 47}, DType::kBF16);
+  k.starts = {15, 0, 16, 7, 9, 1};
+  k.interval = 16;
+  cs.push_back(k);
+  k = {};
+  k.base = varlen("ckpt more boundaries than columns", {200, 50, 129});
+  k.starts = {0, 8, 13};
+  k.interval = 16;
+  k.columns = 2;
+  cs.push_back(k);
+  k = {};
+  k.base = varlen("ckpt I=1024 start 1000", {100, 2000, 1024});
+  k.starts = {1000, 1000, 0};
+  k.interval = 1024;
+  cs.push_back(k);
+  k = {};
+  k.base = varlen("ckpt state pool fp32 (state_indices)", {40, 100, 33, 0});
+  k.starts = {16, 8, 0, 5};
+  k.interval = 32;
+  k.state_pool = true;
+  k.skip_some = true;
+  cs.push_back(k);
+  k = {};
+  k.base = varlen("ckpt state pool bf16 (state_indices)", {40, 100, 33}, DType::kBF16);
+  k.starts = {17, 8, 30};
+  k.interval = 16;
+  k.pool = DType::kBF16;
+  k.state_pool = true;
+  cs.push_back(k);
+  k = {};
+  k.base = varlen("ckpt 20000 + short I=256 (split)", {20000, 300, 5, 1, 0, 77});
+  k.starts = {1000, 5, 31, 255, 3, 4096};
+  k.interval = 256;
+  k.extra_plans = {"split:1", "split:4", "split"};
+  cs.push_back(k);
+  k = {};
+  k.base = fixed("ckpt fixed B=1 T=5000 I=64 start 37 (split)", 1, 5000);
+  k.starts = {37};
+  k.interval = 64;
+  k.pool = DType::kBF16;
+  k.extra_plans = {"split:1", "split:4", "split:16"};
+  cs.push_back(k);
+  return cs;
+}
+
+// The boundaries sequence n reaches within M columns (docs/spec.md): count and first local end.
+int64_t ckpt_count(int64_t start, int64_t len, int64_t I, int64_t M) {
+  const int64_t first = I - start % I;
+  return len >= first ? std::min((len - first) / I + 1, M) : 0;
+}
+
+struct CkptSetup {
+  int64_t M = 0, P2 = 0, per_slot = 0;  // per_slot: elements of one slot
+  std::vector<int32_t> slots;           // [N, M]
+  std::vector<int32_t> state_slots;     // [N] with state_pool
+  std::vector<uint8_t> pool0;           // the poisoned pool (with state_pool: the initial states in their slots)
+  std::vector<char> written;            // [P2]: the slot is a checkpoint the call writes
+};
+
+size_t dtype_bytes(DType d) { return d == DType::kF32 ? 4 : 2; }
+
+CkptSetup make_ckpt_setup(const CkptCase& k, const Host& h) {
+  CkptSetup s;
+  const int64_t I = k.interval;
+  std::vector<int64_t> lens(h.N);
+  int64_t most = 0;
+  for (int64_t n = 0; n < h.N; ++n) {
+    lens[n] = h.cu.empty() ? h.T : h.cu[n + 1] - h.cu[n];
+    const int64_t start = k.starts.empty() ? 0 : k.starts[n];
+    most = std::max(most, ckpt_count(start, lens[n], I, INT64_MAX));
+  }
+  s.M = k.columns >= 0 ? k.columns : most;
+  const int64_t base = k.state_pool ? h.N : 0;
+  const int64_t spare = 3;  // slots nothing names: must stay untouched
+  s.P2 = base + h.N * std::max<int64_t>(s.M, 1) + spare;
+  s.per_slot = h.HV * D * D;
+  // Distinct slots for every (n, m), shuffled; every third -1 with skip_some.
+  std::vector<int32_t> free(size_t(s.P2 - base));
+  std::iota(free.begin(), free.end(), int32_t(base));
+  std::shuffle(free.begin(), free.end(), rng());
+  s.slots.resize(size_t(h.N * s.M));
+  for (size_t i = 0; i < s.slots.size(); ++i) s.slots[i] = k.skip_some && i % 3 == 1 ? -1 : free[i];
+  s.written.assign(size_t(s.P2), 0);
+  for (int64_t n = 0; n < h.N; ++n) {
+    const int64_t start = k.starts.empty() ? 0 : k.starts[n];
+    for (int64_t m = 0; m < ckpt_count(start, lens[n], I, s.M); ++m)
+      if (s.slots[n * s.M + m] >= 0) s.written[s.slots[n * s.M + m]] = 1;
+  }
+  // Poison: a byte pattern that is a finite value in neither dtype's checks' favour (0x7b7b...).
+  s.pool0.assign(size_t(s.P2 * s.per_slot) * dtype_bytes(k.pool), 0x7b);
+  if (k.state_pool) {
+    for (int64_t n = 0; n < h.N; ++n) s.state_slots.push_back(int32_t(h.N - 1 - n));
+    for (int64_t n = 0; n < h.N; ++n)
+      for (int64_t e = 0; e < s.per_slot; ++e) {
+        const float x = h.s0[n * s.per_slot + e];
+        const size_t at = size_t(s.state_slots[n] * s.per_slot + e);
+        if (k.pool == DType::kF32) {
+          std::memcpy(&s.pool0[at * 4], &x, 4);
+        } else {
+          const uint16_t b = float_to_bf16(x);
+          std::memcpy(&s.pool0[at * 2], &b, 2);
+        }
+      }
+  }
+  return s;
+}
+
+struct CkptResult {
+  std::vector<float> out, state;  // state: [N, HV, D, D] (the final states, from their slots with state_pool)
+  std::vector<uint8_t> pool;
+  Status status;
+};
+
+// One forward with checkpoints on `backend` (host buffers for the CPU ones, device buffers for CUDA).
+CkptResult run_ckpt(const CkptCase& k, const Host& h, const CkptSetup& s, Backend backend) {
+  const Case& c = k.base;
+  FwdParams p = make_params(c, h);
+  p.backend = backend;
+  const bool f32 = c.state == DType::kF32;
+  const int64_t tok = h.B * h.T;
+  const size_t n_state = size_t(h.N * s.per_slot);
+  std::vector<uint16_t> out(size_t(tok * h.HV * D), 0xffff);
+  std::vector<float> s0f = h.s0, s1f(n_state, std::nanf(""));
+  std::vector<uint16_t> s0b = state_to_bf16(h.s0), s1b(n_state, 0xffff);
+  std::vector<uint8_t> pool = s.pool0;
+  std::vector<int32_t> cu32(h.cu.begin(), h.cu.end()), starts32(k.starts.begin(), k.starts.end());
+  const bool dev = backend == Backend::kCuda;
+  std::vector<void*> allocs;
+  auto put = [&](const void* src, size_t bytes) -> void* {
+    if (!dev) return const_cast<void*>(src);
+    void* d = nullptr;
+    CUDA_OK(cudaMalloc(&d, std::max<size_t>(bytes, 1)));
+    if (bytes) CUDA_OK(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice));
+    allocs.push_back(d);
+    return d;
+  };
+  p.q = put(h.q.data(), h.q.size() * 2), p.k = put(h.k.data(), h.k.size() * 2), p.v = put(h.v.data(), h.v.size() * 2);
+  p.g = put(h.g.data(), h.g.size() * 2), p.beta = put(h.beta.data(), h.beta.size() * 2);
+  void* dout = put(out.data(), out.size() * 2);
+  p.out = dout;
+  p.A_log = static_cast<const float*>(put(h.A_log.data(), h.A_log.size() * 4));
+  p.dt_bias = static_cast<const float*>(put(h.dt_bias.data(), h.dt_bias.size() * 4));
+  if (!h.cu.empty()) p.cu_seqlens = c.i32 ? put(cu32.data(), cu32.size() * 4) : put(h.cu.data(), h.cu.size() * 8);
+  void* dpool = put(pool.data(), pool.size());
+  void* ds1 = nullptr;
+  if (k.state_pool) {
+    p.state_dtype = k.pool;
+    p.initial_state = p.final_state = dpool;
+    p.state_indices = static_cast<const int32_t*>(put(s.state_slots.data(), s.state_slots.size() * 4));
+    p.pool_size = s.P2;
+  } else {
+    p.initial_state = f32 ? put(s0f.data(), n_state * 4) : put(s0b.data(), n_state * 2);
+    ds1 = f32 ? put(s1f.data(), n_state * 4) : put(s1b.data(), n_state * 2);
+    p.final_state = ds1;
+  }
+  p.checkpoint_interval = k.interval;
+  if (!k.starts.empty()) {
+    p.checkpoint_start =
+        k.i32_start ? put(starts32.data(), starts32.size() * 4) : put(k.starts.data(), k.starts.size() * 8);
+    p.checkpoint_start_dtype = k.i32_start ? DType::kI32 : DType::kI64;
+  }
+  p.checkpoint_state = dpool;
+  p.checkpoint_state_dtype = k.pool;
+  p.checkpoint_pool_size = s.P2;
+  p.checkpoint_indices = static_cast<const int32_t*>(put(s.slots.data(), s.slots.size() * 4));
+  p.checkpoint_columns = s.M;
+  CkptResult r;
+  r.status = run_fwd(p, nullptr);
+  if (dev) {
+    CUDA_OK(cudaDeviceSynchronize());
+    out = download(static_cast<uint16_t*>(dout), out.size());
+    pool = download(static_cast<uint8_t*>(dpool), pool.size());
+    if (ds1) {
+      if (f32)
+        s1f = download(static_cast<float*>(ds1), n_state);
+      else
+        s1b = download(static_cast<uint16_t*>(ds1), n_state);
+    }
+    for (void* a : allocs) cudaFree(a);
+  }
+  r.out = bf16_vec_to_float(out);
+  auto slot_values = [&](int64_t slot) {  // one pool slot as floats
+    std::vector<float> x(size_t(s.per_slot));
+    for (int64_t e = 0; e < s.per_slot; ++e) {
+      const size_t at = size_t(slot * s.per_slot + e);
+      if (k.pool == DType::kF32) {
+        std::memcpy(&x[e], &pool[at * 4], 4);
+      } else {
+        uint16_t b;
+        std::memcpy(&b, &pool[at * 2], 2);
+        x[e] = bf16_to_float(b);
+      }
+    }
+    return x;
+  };
+  if (k.state_pool) {
+    for (int64_t n = 0; n < h.N; ++n) {
+      const std::vector<float> x = slot_values(s.state_slots[n]);
+      r.state.insert(r.state.end(), x.begin(), x.end());
+    }
+  } else {
+    r.state = f32 ? s1f : bf16_vec_to_float(s1b);
+  }
+  r.pool = std::move(pool);
+  return r;
+}
+
+// Every checkpoint case under every plan of --plans and its own: out and final state as usual, each
+// written slot against the float64 reference's, every other checkpoint-pool byte untouched.
+void run_checkpoint_checks() {
+  std::printf("== prefix-cache checkpoints vs float64 CPU reference (pool poisoned; unwritten slots byte for byte)\n");
+  for (const CkptCase& k : ckpt_cases()) {
+    const Host h = make_inputs(k.base);
+    const CkptSetup s = make_ckpt_setup(k, h);
+    const CkptResult ref = run_ckpt(k, h, s, Backend::kCpuReference);
+    if (!ref.status.ok()) {
+      std::printf("  reference failed on %s: %s\n", k.base.name.c_str(), ref.status.message.c_str());
+      ++g_failures;
+      continue;
+    }
+    const size_t slot_bytes = size_t(s.per_slot) * dtype_bytes(k.pool);
+    const double tol_ckpt = k.pool == DType::kF32 ? 1e-3 : kTolStateBF16;
+    const bool f32_states = (k.state_pool ? k.pool : k.base.state) == DType::kF32;
+    const double tol_out = ref.out.size() < kFewOutputs ? kTolOutFew : kTolOut;
+    std::vector<PlanChoice> plans = g_plans;
+    for (const std::string& e : k.extra_plans) plans.push_back(parse_plan(e));
+    for (const PlanChoice& plan : plans) {
+      g_plan = plan;
+      const CkptResult got = run_ckpt(k, h, s, Backend::kCuda);
+      const std::string what = "cuda/" + plan.name;
+      if (!got.status.ok()) {
+        std::printf("  %-7s %-34s fwd failed: %s  FAIL\n", what.c_str(), k.base.name.c_str(),
+                    got.status.message.c_str());
+        ++g_failures;
+        continue;
+      }
+      double worst = 0;
+      int64_t written = 0, touched = 0;
+      bool finite = true;
+      for (int64_t slot = 0; slot < s.P2; ++slot) {
+        const uint8_t* a = got.pool.data() + slot * slot_bytes;
+        const uint8_t* b = ref.pool.data() + slot * slot_bytes;
+        const bool is_state = k.state_pool && slot < h.N;  // compared as final states below
+        if (is_state) continue;
+        if (!s.written[slot]) {
+          touched += std::memcmp(a, s.pool0.data() + slot * slot_bytes, slot_bytes) != 0;
+          continue;
+        }
+        ++written;
+        std::vector<float> x(size_t(s.per_slot)), y(size_t(s.per_slot));
+        for (int64_t e = 0; e < s.per_slot; ++e) {
+          if (k.pool == DType::kF32) {
+            std::memcpy(&x[e], a + 4 * e, 4), std::memcpy(&y[e], b + 4 * e, 4);
+          } else {
+            uint16_t u, v;
+            std::memcpy(&u, a + 2 * e, 2), std::memcpy(&v, b + 2 * e, 2);
+            x[e] = bf16_to_float(u), y[e] = bf16_to_float(v);
+          }
+          finite &= std::isfinite(x[e]);
+        }
+        worst = std::max(worst, rel(x, y));
+      }
+      // The reference must not have touched them either (a check of the check).
+      for (int64_t slot = 0; slot < s.P2; ++slot)
+        if (!s.written[slot] && !(k.state_pool && slot < h.N))
+          touched +=
+              std::memcmp(ref.pool.data() + slot * slot_bytes, s.pool0.data() + slot * slot_bytes, slot_bytes) != 0;
+      const double e_out = rel(got.out, ref.out), e_state = rel(got.state, ref.state);
+      bool out_written = true;
+      for (float x : got.out) out_written &= std::isfinite(x);
+      for (float x : got.state) out_written &= std::isfinite(x);
+      const bool ok = out_written && finite && touched == 0 && e_out <= tol_out &&
+                      e_state <= (f32_states ? kTolStateF32 : kTolStateBF16) && worst <= tol_ckpt;
+      std::printf("  %-7s %-34s out %.2e  state %.2e  ckpt %.2e (%lld slots)  untouched %s  %s\n", what.c_str(),
+                  k.base.name.c_str(), e_out, e_state, worst, static_cast<long long>(written), touched ? "NO" : "yes",
+                  ok ? "ok" : "FAIL");
+      if (!ok) ++g_failures;
+    }
+    g_plan = PlanChoice{"auto"};
+  }
+}
+
 int run_checks() {
   std::printf("== edge cases vs float64 CPU reference (CUDA backend)\n");
   for (const Case& c : edge_cases()) {
@@ -1766,6 +2097,7 @@ int run_checks() {
     }
   }
   run_softplus_forward_checks();
+  run_checkpoint_checks();
   std::printf("== BENCH cases vs the fp32 GPU recurrence (inputs generated on the device)\n");
   const char* const checked[] = {"fixed96", "varlen6_64", "b16x2048_32", "fixed16",
                                  "h8_8k",   "h4_64k",     "mix20k_8",    "mix20kx31_8"};
@@ -1840,6 +2172,10 @@ float median(std::vector<float> x) {
   return x[x.size() / 2];
 }
 
+// --ckpt I (bench): every case also writes prefix-cache checkpoints every I tokens (starts 0, an
+// fp32 pool of one slot a boundary), to compare with the same run without.
+int64_t g_bench_ckpt = 0;
+
 int run_bench(int reps, const char* json_path, const std::vector<std::string>& only) {
   const std::vector<BenchCase>& cases = bench_cases();
   FILE* js = json_path ? std::fopen(json_path, "w") : nullptr;
@@ -1855,6 +2191,23 @@ int run_bench(int reps, const char* json_path, const std::vector<std::string>& o
     FwdParams p = device_params(d);
     if (bc.softplus) p.gate = GateForm::kSoftplus;
     const int64_t tok = d.tok;
+    void* ck_pool = nullptr;
+    int32_t* ck_idx = nullptr;
+    if (g_bench_ckpt > 0) {
+      int64_t M = 0;
+      for (int64_t n = 0; n < d.N; ++n) M = std::max(M, (d.cu.empty() ? d.T : d.cu[n + 1] - d.cu[n]) / g_bench_ckpt);
+      M = std::max<int64_t>(M, 1);
+      std::vector<int32_t> idx(size_t(d.N * M));
+      std::iota(idx.begin(), idx.end(), 0);
+      ck_idx = upload(idx);
+      ck_pool = dev_alloc<float>(size_t(d.N * M) * d.H * D * D);
+      p.checkpoint_interval = g_bench_ckpt;
+      p.checkpoint_state = ck_pool;
+      p.checkpoint_state_dtype = DType::kF32;
+      p.checkpoint_pool_size = d.N * M;
+      p.checkpoint_indices = ck_idx;
+      p.checkpoint_columns = M;
+    }
     // The benchmark's byte count (docs/perf_log.md): q, k, v, g, beta, out once each, fp32 initial and final state.
     const double bytes = double(tok) * d.H * (4.0 * 256 + 2 + 256) + 2.0 * d.N * d.H * D * D * 4;
     void *src = nullptr, *dst = nullptr;
@@ -1887,22 +2240,27 @@ int run_bench(int reps, const char* json_path, const std::vector<std::string>& o
       }
       const float mo = median(t_ours), mc = median(t_copy);
       std::sort(t_ours.begin(), t_ours.end());
-      std::printf("%-12s %-10s %10.3f %10.3f %8.2f\n", bc.id, plan.name.c_str(), mo, mc, mo / mc);
+      std::printf("%-12s %-10s %10.3f %10.3f %8.2f%s\n", bc.id, plan.name.c_str(), mo, mc, mo / mc,
+                  g_bench_ckpt > 0 ? "  (checkpoints)" : "");
       std::fflush(stdout);
       if (js) {
         std::fprintf(
             js,
-            "%s  {\"case\": \"%s\", \"plan\": \"%s\", \"H\": %d, \"tokens\": %lld, \"bytes\": %.0f, "
+            "%s  {\"case\": \"%s\", \"plan\": \"%s\", \"checkpoint_interval\": %lld, \"H\": %d, \"tokens\": %lld, "
+            "\"bytes\": %.0f, "
             "\"ours_ms_median\": %.5f, \"ours_ms_p10\": %.5f, \"ours_ms_p90\": %.5f, \"copy_ms_median\": %.5f, "
             "\"floor_ratio\": %.4f, \"reps\": %d}",
-            first ? "" : ",\n", bc.id, plan.name.c_str(), bc.H, static_cast<long long>(tok), bytes, mo,
-            t_ours[t_ours.size() / 10], t_ours[t_ours.size() * 9 / 10], mc, mo / mc, reps);
+            first ? "" : ",\n", bc.id, plan.name.c_str(), static_cast<long long>(g_bench_ckpt), bc.H,
+            static_cast<long long>(tok), bytes, mo, t_ours[t_ours.size() / 10], t_ours[t_ours.size() * 9 / 10], mc,
+            mo / mc, reps);
         first = false;
       }
     }
     g_plan = PlanChoice{"auto"};
     cudaFree(src);
     cudaFree(dst);
+    if (ck_pool) cudaFree(ck_pool);
+    if (ck_idx) cudaFree(ck_idx);
     free_device_case(d);
   }
   if (js) {
@@ -2118,8 +2476,10 @@ int main(int argc, char** argv) {
   argv = args.data();
   const std::string mode = argc > 1 ? argv[1] : "check";
   if (mode == "check") return run_checks();
-  if (mode == "check-decode" || mode == "check-pool") {
-    if (mode == "check-pool") {
+  if (mode == "check-decode" || mode == "check-pool" || mode == "check-ckpt") {
+    if (mode == "check-ckpt") {
+      run_checkpoint_checks();
+    } else if (mode == "check-pool") {
       run_prefill_pool_checks();
     } else {
       run_decode_checks();
@@ -2137,6 +2497,8 @@ int main(int argc, char** argv) {
         reps = std::atoi(argv[++i]);
       } else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
         json = argv[++i];
+      } else if (!std::strcmp(argv[i], "--ckpt") && i + 1 < argc) {
+        g_bench_ckpt = std::atoll(argv[++i]);
       } else {
         only.push_back(argv[i]);
       }

@@ -105,10 +105,10 @@ struct ProblemParams {
   const void* v = nullptr;
   const void* g = nullptr;
   const void* beta = nullptr;
-  const float* A_log = nullptr;    // fp32 [HV]; null only with GateForm::kSigmoid (rate 1)
-  const float* dt_bias = nullptr;  // fp32 [HV * K]
-  float scale = 0.0f;              // output scale, usually K^-0.5
-  float lower_bound = -5.0f;       // gate floor, -5 <= lower_bound < 0 (GateForm::kSigmoid; else unused)
+  const float* A_log = nullptr;        // fp32 [HV]; null only with GateForm::kSigmoid (rate 1)
+  const float* dt_bias = nullptr;      // fp32 [HV * K]
+  float scale = 0.0f;                  // output scale, usually K^-0.5
+  float lower_bound = -5.0f;           // gate floor, -5 <= lower_bound < 0 (GateForm::kSigmoid; else unused)
   GateForm gate = GateForm::kSigmoid;  // the gate's form (CUDA forward: kSigmoid only, for now)
   // beta = 2 · sigmoid(logit) instead of sigmoid(logit): the transition I − beta k kᵀ may have the
   // negative eigenvalue 1 − beta (fla's allow_neg_eigval). Every backend.
@@ -167,8 +167,8 @@ struct FwdParams : ProblemParams {
   // names are not touched. The host backends check every slot (in [-1, checkpoint_pool_size), the
   // written ones distinct). checkpoint_state may be the initial_state or final_state pool itself
   // (same pointer, dtype and number of slots); its written checkpoint slots must then be slots no
-  // active sequence of the call reads or writes as its state. The CUDA backend does not support
-  // checkpoints yet (kUnsupported).
+  // active sequence of the call reads or writes as its state. The CUDA backend reads the slots on
+  // the device (not checked before the launch: one outside [-1, P2) is skipped).
   int64_t checkpoint_interval = 0;              // I; 0: no checkpoints
   const void* checkpoint_start = nullptr;       // int32 / int64 [N], each >= 0; nullptr: all 0
   DType checkpoint_start_dtype = DType::kNone;  // kI32 or kI64, with checkpoint_start

@@ -67,7 +67,14 @@ int prep_chunks_for(int64_t chunks, int64_t slots) {
 HostPlan make_plan(const FwdParams& p, int sm_count) {
   HostPlan h;
   const int64_t N = num_sequences(p), HV = p.heads_v > 0 ? p.heads_v : p.heads;
+  // Checkpoints run on the prepared plans only (the consumers of the recurrence kernel write them;
+  // docs/kernel.md, "The shifted chunk grid and checkpoints"): kAuto becomes kSplit (which splits
+  // only where the planner below finds it pays), a forced kFused kPrepared, and the device never
+  // decides.
+  const bool checkpoints = p.checkpoint_interval > 0;
   h.kind = p.plan;
+  if (checkpoints && h.kind == FwdPlan::kAuto) h.kind = FwdPlan::kSplit;
+  if (checkpoints && h.kind == FwdPlan::kFused) h.kind = FwdPlan::kPrepared;
   if (h.kind == FwdPlan::kAuto) {
     // Pairs that fill the GPU: the fused kernel (measured faster on every such BENCH row). A packed
     // batch may still hide one long sequence that only a split helps: the device decides, where a
@@ -88,9 +95,12 @@ HostPlan make_plan(const FwdParams& p, int sm_count) {
     return h;
   }
   // Sum of ceil(len / 16) over the sequences: at most T / 16 + N packed, B * ceil(T / 16) fixed.
-  h.max_chunks = p.cu_seqlens ? p.seqlen / kChunk + N : N * ceil_div(p.seqlen, kChunk);
-  const int64_t longest = ceil_div(p.seqlen, kChunk);  // no sequence has more chunks
-  h.seg_chunks = longest + 1;                          // no split
+  // With checkpoints a sequence's grid is shifted by up to 15 tokens (ceil((len + shift) / 16)
+  // chunks): at most one more chunk each, T / 16 + 2N packed.
+  const int64_t slack = checkpoints ? kChunk - 1 : 0;
+  h.max_chunks = p.cu_seqlens ? p.seqlen / kChunk + (checkpoints ? 2 : 1) * N : N * ceil_div(p.seqlen + slack, kChunk);
+  const int64_t longest = ceil_div(p.seqlen + slack, kChunk);  // no sequence has more chunks
+  h.seg_chunks = longest + 1;                                  // no split
   if (h.kind == FwdPlan::kSplit) {
     if (p.segment_chunks > 0) {
       h.seg_chunks = p.segment_chunks;
@@ -117,10 +127,11 @@ HostPlan make_plan(const FwdParams& p, int sm_count) {
   h.prep_chunks = prep_chunks_for(h.max_chunks * HV, int64_t(sm_count) * sm90::KdaPrepTraits::kCtasPerSm);
   h.slices3 = slices_for(std::max<int64_t>(h.max_extra, 1) * HV, sm_count);
 
-  // As plan_args() carves it: the device plan flag, begin, len, slot, zero_init, then the prefix
-  // sums, each aligned.
+  // As plan_args() carves it: the device plan flag, begin, len, slot, zero_init, the prefix sums,
+  // then (checkpoints) shift and ck_first, each aligned.
   const size_t table = align_up(sizeof(int)) + 3 * align_up(N * sizeof(int64_t)) + align_up(N) +
-                       sm90::kSeqTableSums * align_up((N + 1) * sizeof(int64_t));
+                       sm90::kSeqTableSums * align_up((N + 1) * sizeof(int64_t)) +
+                       (checkpoints ? align_up(N * sizeof(int32_t)) + align_up(N * sizeof(int64_t)) : 0);
   h.off_table = 0;
   h.off_prepared = align_up(table);
   h.off_segments = h.off_prepared + align_up(size_t(h.max_chunks) * HV * sm90::KdaPrepared::kBytes);
@@ -147,6 +158,12 @@ sm90::PlanArgs plan_args(const HostPlan& h, const FwdParams& p) {
   int64_t** sums[sm90::kSeqTableSums] = {&a.seq.chunk_off, &a.seq.prep_off, &a.seq.extra_off,
                                          &a.seq.p1_off,    &a.seq.p3_off,   &a.seq.split_off};
   for (int64_t** s : sums) *s = reinterpret_cast<int64_t*>(take((N + 1) * sizeof(int64_t)));
+  a.seq.shift = nullptr;
+  a.seq.ck_first = nullptr;
+  if (p.checkpoint_interval > 0) {
+    a.seq.shift = reinterpret_cast<int32_t*>(take(N * sizeof(int32_t)));
+    a.seq.ck_first = reinterpret_cast<int64_t*>(take(N * sizeof(int64_t)));
+  }
   a.prepared = base + h.off_prepared;
   auto* seg = reinterpret_cast<float*>(base + h.off_segments);
   const size_t per = size_t(h.max_extra) * HV * (kStateBytes / 4);
@@ -238,8 +255,6 @@ size_t workspace_size(const FwdParams& p) {
 }
 
 Status fwd(const FwdParams& p, cudaStream_t stream) {
-  if (p.checkpoint_interval > 0)
-    return {StatusCode::kUnsupported, "checkpoint_state: checkpoints are not supported by the CUDA backend yet"};
   int sm_count = 0;
   Status st = current_sm90_device(&sm_count);
   if (!st.ok()) return st;
@@ -270,6 +285,17 @@ Status fwd(const FwdParams& p, cudaStream_t stream) {
   a.initial_fp32 = p.initial_state_dtype == DType::kF32;
   a.final_fp32 = p.final_state_dtype == DType::kF32;
   a.cu_seqlens_i64 = p.cu_seqlens_dtype == DType::kI64;
+  if (p.checkpoint_interval > 0) {  // (docs/spec.md, "Prefix-cache checkpoints")
+    a.checkpoint_interval = p.checkpoint_interval;
+    a.checkpoint_start = p.checkpoint_start;
+    a.checkpoint_start_i64 = p.checkpoint_start_dtype == DType::kI64;
+    a.checkpoint_state = p.checkpoint_state;
+    a.checkpoint_fp32 = p.checkpoint_state_dtype == DType::kF32;
+    a.checkpoint_pool_size = p.checkpoint_pool_size;
+    a.checkpoint_indices = p.checkpoint_indices;
+    a.checkpoint_columns = p.checkpoint_columns;
+    a.checkpoint_stride = p.checkpoint_indices_stride > 0 ? p.checkpoint_indices_stride : p.checkpoint_columns;
+  }
 
   const HostPlan h = make_plan(p, sm_count);
   if (h.kind == FwdPlan::kFused) return run_fused(a, N * HV, sm_count, stream);

@@ -539,13 +539,17 @@ TEST(CheckpointPool, FreeSlotsOfTheStatePoolAreAccepted) {
   EXPECT_TRUE(s.ok()) << s.message;
 }
 
-// The CUDA backend does not support checkpoints yet: a clear kUnsupported (or, in a build or on a
-// machine without CUDA, the error that backend gives first), never a silent run.
-TEST(CheckpointPool, CudaBackendRefuses) {
+// The CUDA backend writes checkpoints too (its results are checked on a GPU by tools/kda_gpu_check,
+// mode check-ckpt); the arguments are validated before anything is launched, as on the host
+// backends (no GPU needed: the interval is checked first).
+TEST(CheckpointPool, CudaBackendValidatesArguments) {
   std::mt19937_64 rng(fresh_seed());
   CheckpointCall c(rng, Backend::kCuda);
+  c.p.head_dim_k = c.p.head_dim_v = 128;  // what the CUDA backend runs (nothing is read: the call fails first)
+  c.p.checkpoint_interval = 24;
   const Status s = fwd(c.p);
-  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.code, StatusCode::kInvalidArgument) << s.message;
+  EXPECT_EQ(s.message.rfind("checkpoint_interval:", 0), 0u) << s.message;
 }
 
 }  // namespace

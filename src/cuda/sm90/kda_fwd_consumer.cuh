@@ -41,6 +41,7 @@ struct Fp32StageView {
   using Stage = typename Tr::Stage;
   static constexpr bool kScaleQ = false;
   static constexpr bool kHalfProducts = false;  // tf32 products only
+  static constexpr bool kCheckpoints = false;   // the fused kernel never writes checkpoints
   template <int kPitch>
   __device__ static float2 pair(const float (*m)[kPitch], int n, int kp) {
     return *reinterpret_cast<const float2*>(&m[n][kp]);
@@ -68,12 +69,14 @@ struct Fp32StageView {
 // The recurrence kernel: the chunk as the preparation pass stored it (KdaPrepared, copied in by
 // the loader), v as stored, mbarriers. The large products take their fp16 fragments straight from
 // the copied tiles (one 16-byte load a lane and step); the tf32 accessors below serve the fallback
-// of a chunk whose state or U does not fit fp16.
-template <class Tr>
+// of a chunk whose state or U does not fit fp16. kCk: the launch writes checkpoints (a separate
+// instantiation, so that a call without them runs the same code as before they existed).
+template <class Tr, bool kCk>
 struct PackedStageView {
   using Stage = typename Tr::Stage;
-  static constexpr bool kScaleQ = true;         // q_hat comes without the output scale
-  static constexpr bool kHalfProducts = true;   // fp16 MMAs for S k_tilde^T, S q_hat^T, U^T k_dec
+  static constexpr bool kScaleQ = true;        // q_hat comes without the output scale
+  static constexpr bool kHalfProducts = true;  // fp16 MMAs for S k_tilde^T, S q_hat^T, U^T k_dec
+  static constexpr bool kCheckpoints = kCk;    // RowsIO::ck_* (prefix-cache checkpoints)
   __device__ static const Stage& acquire(typename Tr::Smem& sm, int i) {
     const int s = i % Tr::kStages;
     mbarrier_wait(&sm.full[s], (i / Tr::kStages) & 1);
@@ -83,6 +86,15 @@ struct PackedStageView {
     __syncwarp();
     if (lane == 0) mbarrier_arrive(&sm.empty[i % Tr::kStages]);
   }
+  // Checkpoints: the slot of boundary walk chunk i (the loader brought it with the chunk, into a
+  // ring one entry longer than the stages: the entry is not reused before every consumer warp has
+  // released chunk i + 1), and the walk's schedule (RowsIO::ck_*; volatile: read between pieces of
+  // the walk, not kept in registers).
+  __device__ static int32_t checkpoint_slot(typename Tr::Smem& sm, int i) {
+    return *static_cast<volatile int32_t*>(&sm.ck_slot[i % (Tr::kStages + 1)]);
+  }
+  __device__ static int checkpoint_step(typename Tr::Smem& sm) { return *static_cast<volatile int*>(&sm.ck_step); }
+  __device__ static int checkpoint_last(typename Tr::Smem& sm) { return *static_cast<volatile int*>(&sm.ck_last); }
   __device__ static float2 word(const Stage& st, int offset, int w) {
     return __half22float2(*reinterpret_cast<const __half2*>(st.prepared + offset + 4 * w));
   }
@@ -169,16 +181,22 @@ struct KdaConsumer {
 
   __device__ void store_state(const float (&S)[kTiles][4]) const {
     if (io.dst == nullptr) return;
-    const int64_t base = io.dst_offset + int64_t(cwarp) * 16 * D;
+    store_rows(S, io.dst, io.dst_offset, io.dst_fp32);
+  }
+
+  // This warp's 16 rows of S into a [*, HV, 128, 128] state tensor whose slice starts at element
+  // `offset` (row io.row0 of the slot and head).
+  __device__ void store_rows(const float (&S)[kTiles][4], void* dst, int64_t offset, bool fp32) const {
+    const int64_t base = offset + int64_t(cwarp) * 16 * D;
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
       const int64_t o0 = base + int64_t(g) * D + 8 * j + 2 * t4, o1 = o0 + 8 * D;
-      if (io.dst_fp32) {
-        float* s = static_cast<float*>(io.dst);
+      if (fp32) {
+        float* s = static_cast<float*>(dst);
         *reinterpret_cast<float2*>(s + o0) = make_float2(S[j][0], S[j][1]);
         *reinterpret_cast<float2*>(s + o1) = make_float2(S[j][2], S[j][3]);
       } else {
-        __nv_bfloat16* s = static_cast<__nv_bfloat16*>(io.dst);
+        __nv_bfloat16* s = static_cast<__nv_bfloat16*>(dst);
         *reinterpret_cast<__nv_bfloat162*>(s + o0) = __floats2bfloat162_rn(S[j][0], S[j][1]);
         *reinterpret_cast<__nv_bfloat162*>(s + o1) = __floats2bfloat162_rn(S[j][2], S[j][3]);
       }
@@ -200,70 +218,97 @@ struct KdaConsumer {
     load_state(S);                    // the whole slice is read before anything is written: in-place updates are safe
     const int vrow = cwarp * 16 + g;  // this lane's first state row within the CTA's slice
     const int nchunks = io.nchunks;
-    for (int i = 0; i < nchunks; ++i) {
-      const Stage& st = View::acquire(sm, i);
-
-      // step 1: xk = S k_tilde^T - v^T, xq = S q_tilde^T
-      float xk[2][4], xq[2][4];
-      bool done = false;
-      if constexpr (View::kHalfProducts) {
-        init_products(st, vrow, xk, xq);
-        done = products_f16<kOut>(st, S, xk, xq);
-      }
-      if (!done) {
-        init_products(st, vrow, xk, xq);
-        products_tf32<kOut>(st, S, xk, xq);
-      }
-      if constexpr (View::kScaleQ && kOut) {
-#pragma unroll
-        for (int n = 0; n < 2; ++n)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) xq[n][r] *= a.scale;
-      }
-
-      // The decay of step 4, S Diag(gamma), needs nothing of U: done here, it overlaps step 2
-      // instead of following U's range check.
-      decay(st, S);
-
-      // step 2: U^T = xk (-T)^T
-      float u[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-        const float a0 = ptx::round_tf32(xk[kk][0]), a1 = ptx::round_tf32(xk[kk][2]);
-        const float a2 = ptx::round_tf32(xk[kk][1]), a3 = ptx::round_tf32(xk[kk][3]);
-#pragma unroll
-        for (int n = 0; n < 2; ++n) {
-          const float2 b = View::neg_t(st, 8 * n + g, 8 * kk + 2 * t4);
-          ptx::mma_tf32(u[n], a0, a1, a2, a3, b.x, b.y);
+    if constexpr (View::kCheckpoints && kOut) {
+      // Checkpoints (RowsIO::ck_*): the walk runs in pieces that end at a boundary chunk, so the
+      // chunk loop itself carries nothing more than without checkpoints (the schedule is read
+      // from shared memory between pieces).
+      // A piece ends after a boundary chunk or at the walk's end; past the last boundary (or with
+      // none, ck_last = -1) b > ck_last.
+      int i = 0, stop = io.ck_next >= 0 ? io.ck_next + 1 : nchunks;
+      for (;;) {
+        for (; i < stop; ++i) chunk<kOut>(S, i, vrow, nchunks);
+        const int b = i - 1, last = View::checkpoint_last(sm);
+        stop = nchunks;
+        if (b >= 0 && b <= last) {  // S is the state after a boundary token
+          const int32_t slot = View::checkpoint_slot(sm, b);
+          // A slot outside [0, P2) is skipped like -1 (device contents are not checked on the host).
+          if (slot >= 0 && slot < a.checkpoint_pool_size)
+            store_rows(S, a.checkpoint_state, state_row_offset(slot, a.heads_v, w.hv, io.row0), a.checkpoint_fp32);
+          const int step = View::checkpoint_step(sm);
+          if (b + step <= last) stop = b + step + 1;
         }
+        if (i >= nchunks) break;
       }
-      float ua[2][4];  // U^T as tf32 A fragments (k positions t, t + 4 = tokens 2t, 2t + 1)
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-        ua[kk][0] = ptx::round_tf32(u[kk][0]), ua[kk][1] = ptx::round_tf32(u[kk][2]);
-        ua[kk][2] = ptx::round_tf32(u[kk][1]), ua[kk][3] = ptx::round_tf32(u[kk][3]);
-      }
-
-      // step 3: O^T = xq + U^T M^T
-      if constexpr (kOut) {
-#pragma unroll
-        for (int kk = 0; kk < 2; ++kk)
-#pragma unroll
-          for (int n = 0; n < 2; ++n) {
-            const float2 b = View::m(st, 8 * n + g, 8 * kk + 2 * t4);
-            ptx::mma_tf32(xq[n], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
-          }
-      }
-
-      // step 4: S = S Diag(gamma) + U^T k_dec (S is already decayed)
-      done = false;
-      if constexpr (View::kHalfProducts) done = update_f16(st, S, u);
-      if (!done) update_tf32(st, S, ua);
-      View::release(sm, i, nchunks, lane);
-
-      if constexpr (kOut) store_output(xq, io.chunk0 + i);
+    } else {
+      for (int i = 0; i < nchunks; ++i) chunk<kOut>(S, i, vrow, nchunks);
     }
     store_state(S);
+  }
+
+  // Walk chunk i: S from the state before chunk io.chunk0 + i to the state after it, out written.
+  template <bool kOut>
+  __device__ __forceinline__ void chunk(float (&S)[kTiles][4], int i, int vrow, int nchunks) {
+    const Stage& st = View::acquire(sm, i);
+
+    // step 1: xk = S k_tilde^T - v^T, xq = S q_tilde^T
+    float xk[2][4], xq[2][4];
+    bool done = false;
+    if constexpr (View::kHalfProducts) {
+      init_products(st, vrow, xk, xq);
+      done = products_f16<kOut>(st, S, xk, xq);
+    }
+    if (!done) {
+      init_products(st, vrow, xk, xq);
+      products_tf32<kOut>(st, S, xk, xq);
+    }
+    if constexpr (View::kScaleQ && kOut) {
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) xq[n][r] *= a.scale;
+    }
+
+    // The decay of step 4, S Diag(gamma), needs nothing of U: done here, it overlaps step 2
+    // instead of following U's range check.
+    decay(st, S);
+
+    // step 2: U^T = xk (-T)^T
+    float u[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      const float a0 = ptx::round_tf32(xk[kk][0]), a1 = ptx::round_tf32(xk[kk][2]);
+      const float a2 = ptx::round_tf32(xk[kk][1]), a3 = ptx::round_tf32(xk[kk][3]);
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        const float2 b = View::neg_t(st, 8 * n + g, 8 * kk + 2 * t4);
+        ptx::mma_tf32(u[n], a0, a1, a2, a3, b.x, b.y);
+      }
+    }
+    float ua[2][4];  // U^T as tf32 A fragments (k positions t, t + 4 = tokens 2t, 2t + 1)
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      ua[kk][0] = ptx::round_tf32(u[kk][0]), ua[kk][1] = ptx::round_tf32(u[kk][2]);
+      ua[kk][2] = ptx::round_tf32(u[kk][1]), ua[kk][3] = ptx::round_tf32(u[kk][3]);
+    }
+
+    // step 3: O^T = xq + U^T M^T
+    if constexpr (kOut) {
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          const float2 b = View::m(st, 8 * n + g, 8 * kk + 2 * t4);
+          ptx::mma_tf32(xq[n], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
+        }
+    }
+
+    // step 4: S = S Diag(gamma) + U^T k_dec (S is already decayed)
+    done = false;
+    if constexpr (View::kHalfProducts) done = update_f16(st, S, u);
+    if (!done) update_tf32(st, S, ua);
+    View::release(sm, i, nchunks, lane);
+
+    if constexpr (kOut) store_output(xq, io.chunk0 + i);
   }
 
   __device__ void init_products(const Stage& st, int vrow, float (&xk)[2][4], float (&xq)[2][4]) const {
@@ -414,8 +459,9 @@ struct KdaConsumer {
     }
     __syncwarp();
     const int t = lane >> 1, half = lane & 1;
-    const int64_t tok = int64_t(i) * C + t;
-    if (tok < w.len) {
+    // (below 0: a virtual token, docs/kernel.md; the fused kernel's grid is never shifted)
+    const int64_t tok = int64_t(i) * C + t - (View::kCheckpoints ? w.shift : 0);
+    if (tok >= 0 && tok < w.len) {
       uint16_t* dst = a.out + w.row * a.out_s[0] + (w.begin + tok) * a.out_s[1] + int64_t(w.hv) * a.out_s[2] +
                       w.slice * Tr::kVRows + cwarp * 16 + half * 8;
       *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&stage[t][half * 8]);

@@ -98,9 +98,16 @@ struct KdaProducer {
   // copies is the same in every chunk; only the chunk offset changes).
   const uint16_t *q_src[kQkgVecs], *k_src[kQkgVecs], *g_src[kQkgVecs], *v_src[kVVecs > 0 ? kVVecs : 1];
   const uint16_t* beta_src;
+  int shift;  // w.shift, or 0 where the grid is never shifted (known at compile time there)
 
   __device__ KdaProducer(const KdaFwdArgs& args, const WorkUnit& work, Group& group_smem, int group, int tid)
-      : a(args), w(work), grp(group_smem), gidx(group), ptid(tid), nchunks(int((work.len + C - 1) / C)) {
+      : a(args),
+        w(work),
+        grp(group_smem),
+        gidx(group),
+        ptid(tid),
+        nchunks(int(chunk_count(work.len, Tr::kShiftedGrid ? work.shift : 0))),
+        shift(Tr::kShiftedGrid ? work.shift : 0) {
     const int hq = w.hv / a.group;
     const uint16_t* q_base = a.q + w.row * a.q_s[0] + w.begin * a.q_s[1] + hq * a.q_s[2];
     const uint16_t* k_base = a.k + w.row * a.k_s[0] + w.begin * a.k_s[1] + hq * a.k_s[2];
@@ -125,16 +132,16 @@ struct KdaProducer {
   __device__ void group_sync() const { ptx::bar_sync(Tr::kBarGroup0 + gidx, P); }
 
   // Issues the cp.async copies of chunk i (q, k, g: all channels; v: this CTA's rows) into the
-  // group's raw buffer `buf` if i < limit; tokens past the end are zero-filled. Always commits one
-  // group.
+  // group's raw buffer `buf` if i < limit; tokens past the end, and the virtual ones before the
+  // first (w.shift), are zero-filled. Always commits one group.
   __device__ void load_raw(int i, int buf, int limit) {
     if (i < limit) {
       typename Tr::Raw& raw = grp.raw[buf];
-      const int64_t t0 = int64_t(i) * C;
+      const int64_t t0 = int64_t(i) * C - shift;  // the chunk's first token
 #pragma unroll
       for (int m = 0; m < kQkgVecs; ++m) {
         const int idx = ptid + m * P, t = idx / (D / 8), col = (idx % (D / 8)) * 8;
-        const bool valid = t0 + t < w.len;
+        const bool valid = (!Tr::kShiftedGrid || t0 + t >= 0) && t0 + t < w.len;
         const uint32_t bytes = valid ? 16 : 0;
         // An invalid row copies nothing; its source address is clamped to the sequence start.
         ptx::cp_async_16(&raw.q[t][col], valid ? q_src[m] + t0 * a.q_s[1] : q_src[m], bytes);
@@ -145,7 +152,7 @@ struct KdaProducer {
       for (int m = 0; m < kVVecs; ++m) {
         const int idx = ptid + m * P, t = idx / kVRowVecs, col = (idx % kVRowVecs) * 8;
         if (idx < C * Tr::kVRows / 8) {
-          const bool valid = t0 + t < w.len;
+          const bool valid = (!Tr::kShiftedGrid || t0 + t >= 0) && t0 + t < w.len;
           ptx::cp_async_16(&raw.v[t][col], valid ? v_src[m] + t0 * a.v_s[1] : v_src[m], valid ? 16 : 0);
         }
       }
@@ -154,8 +161,10 @@ struct KdaProducer {
   }
 
   __device__ float load_beta(int i, int limit) const {
-    const int64_t t = int64_t(i) * C + ptid;
-    return (ptid < C && i < limit && t < w.len) ? bf16_bits_to_float(beta_src[int64_t(i) * C * a.beta_s[1]]) : 0.f;
+    const int64_t t0 = int64_t(i) * C - shift, t = t0 + ptid;
+    return (ptid < C && i < limit && (!Tr::kShiftedGrid || t >= 0) && t < w.len)
+               ? bf16_bits_to_float(beta_src[t0 * a.beta_s[1]])
+               : 0.f;
   }
 
   // -rate * log2(e), rate = exp(A_log), or 1 without A_log (docs/spec.md, "Gate forms").
@@ -168,11 +177,15 @@ struct KdaProducer {
   template <class Sink, class BeforeTiles>
   __device__ void prepare(const typename Tr::Raw& raw, int i, float beta_raw, float gmul, float gadd, const Sink& sink,
                           BeforeTiles before_tiles) {
-    const int valid = int(min(int64_t(C), w.len - int64_t(i) * C));
-    norms(raw, valid, beta_raw);
+    // Tokens [lo, valid) of the chunk are real ones: not past the end, not virtual ones before the
+    // start (lo > 0 only in chunk 0 of a shifted grid; docs/kernel.md, "The shifted chunk grid and
+    // checkpoints").
+    const int64_t t0 = int64_t(i) * C - shift;
+    const int lo = Tr::kShiftedGrid ? int(max(int64_t(0), -t0)) : 0, valid = int(min(int64_t(C), w.len - t0));
+    norms(raw, lo, valid, beta_raw);
     if constexpr (kSoftplus) {
       float alpha[C];
-      softplus_factors(raw, valid, gmul, gadd, alpha);
+      softplus_factors(raw, lo, valid, gmul, gadd, alpha);
       group_sync();  // norms are visible
       before_tiles();
       softplus_tiles(raw, sink, alpha);  // also this warp's partial sums of A and M
@@ -190,7 +203,7 @@ struct KdaProducer {
       return;
     }
     float G[C];
-    gate_prefix(raw, valid, gmul, gadd, G);
+    gate_prefix(raw, lo, valid, gmul, gadd, G);
     group_sync();  // norms are visible
     before_tiles();
     tiles(raw, sink, G);
@@ -246,7 +259,7 @@ struct KdaProducer {
   }
 
   // P1: kGroupThreads / 16 threads per token, reduced with shuffles inside the warp.
-  __device__ void norms(const typename Tr::Raw& raw, int valid, float beta_raw) {
+  __device__ void norms(const typename Tr::Raw& raw, int lo, int valid, float beta_raw) {
     constexpr int kLanes = P / C, kCh = D / kLanes;  // lanes per token, channels per lane
     const int t = ptid / kLanes, part = ptid % kLanes;
     float ssq_q = 0.f, ssq_k = 0.f;
@@ -276,11 +289,12 @@ struct KdaProducer {
     }
     // beta_scale is 1, or 2 with allow_neg_eigval (an exact doubling; docs/kernel.md, numerics).
     if (ptid < C)
-      grp.beta[ptid] = ptid < valid ? a.beta_scale * ptx::rcp(1.f + ptx::ex2(-1.4426950408889634f * beta_raw)) : 0.f;
+      grp.beta[ptid] =
+          ptid >= lo && ptid < valid ? a.beta_scale * ptx::rcp(1.f + ptx::ex2(-1.4426950408889634f * beta_raw)) : 0.f;
   }
 
   // P2a: gates of this thread's channel, prefix-summed over the chunk in base 2.
-  __device__ void gate_prefix(const typename Tr::Raw& raw, int valid, float gate_mul, float gate_add,
+  __device__ void gate_prefix(const typename Tr::Raw& raw, int lo, int valid, float gate_mul, float gate_add,
                               float (&G)[C]) const {
     const int c = ptid;
     float acc = 0.f;
@@ -288,7 +302,7 @@ struct KdaProducer {
     for (int t = 0; t < C; ++t) {
       // sigmoid(x) = 1 / (1 + 2^{-x log2 e}); the approximate ex2/rcp reach 0 and 1 exactly.
       const float sig = ptx::rcp(1.f + ptx::ex2(fmaf(bf16_bits_to_float(raw.g[t][c]), gate_mul, gate_add)));
-      acc += t < valid ? a.lower_bound_log2 * sig : 0.f;
+      acc += t >= lo && t < valid ? a.lower_bound_log2 * sig : 0.f;
       G[t] = acc;
     }
   }
@@ -437,15 +451,22 @@ struct KdaProducer {
   // would round to 0 (no decay) too early. gate_mul = -rate log2(e) is finite for A_log < 88 (the
   // contract); rate softplus(x) overflowing gives 2^-Inf = 0 (ex2.approx), an infinite decay. A factor
   // below 1e-30 is 0, as in the CUDA decode and the fp32 CPU paths. NaN stays NaN.
-  __device__ void softplus_factors(const typename Tr::Raw& raw, int valid, float gate_mul, float dt_bias,
+  // Tokens outside [lo, valid) (past the end, or virtual ones before the start of a shifted grid)
+  // get alpha = 1. For x < -20, rate * softplus(x) is formed as exp(A_log + x) (softplus(x) = e^x
+  // to within e^x / 2 there): the rate may be as large as e^88, and ex2.approx.ftz flushes an e^x
+  // below 2^-126 to 0 (A_log = 80, x = -90: a decay of e^-4.5e-5 a token, not none).
+  __device__ void softplus_factors(const typename Tr::Raw& raw, int lo, int valid, float gate_mul, float dt_bias,
                                    float (&alpha)[C]) const {
+    constexpr float kLog2e = 1.4426950408889634f;
     const int c = ptid;
+    const float log_rate = a.A_log[w.hv];  // the softplus gate requires A_log
 #pragma unroll
     for (int t = 0; t < C; ++t) {
       const float x = bf16_bits_to_float(raw.g[t][c]) + dt_bias;
-      const float sp = x > 20.f ? x : log1pf(ptx::ex2(x * 1.4426950408889634f));
-      const float f = ptx::ex2(gate_mul * sp);
-      alpha[t] = t < valid ? (f < 1e-30f ? 0.f : f) : 1.f;
+      const float sp = x > 20.f ? x : log1pf(ptx::ex2(x * kLog2e));
+      const float a2 = x < -20.f ? -ptx::ex2((log_rate + x) * kLog2e) * kLog2e : gate_mul * sp;  // a log2(e)
+      const float f = ptx::ex2(a2);
+      alpha[t] = t >= lo && t < valid ? (f < 1e-30f ? 0.f : f) : 1.f;
     }
   }
 

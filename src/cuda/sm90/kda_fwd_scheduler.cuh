@@ -16,7 +16,16 @@ struct WorkUnit {
   int64_t slot;    // state slot: n, or state_indices[n] with a pool
   bool skip;       // padding sequence (pool slot < 0 or >= pool_size): the CTA does nothing
   bool zero_init;  // start from zeros instead of the slot (has_initial_state[n] == 0)
+  // Virtual tokens before the first one (checkpoint_start[n] % 16 with checkpoints, else 0): chunk
+  // c covers tokens [16c - shift, 16c + 16 - shift) of the sequence (docs/kernel.md, "The shifted
+  // chunk grid"); a token index below 0 is treated like one past the end.
+  int shift;
 };
+
+// Chunks of a sequence of `len` tokens on a grid shifted by `shift` (0 for an empty sequence).
+__host__ __device__ __forceinline__ int64_t chunk_count(int64_t len, int shift) {
+  return len > 0 ? (len + shift + KdaDims::kChunk - 1) / KdaDims::kChunk : 0;
+}
 
 // What one CTA's consumers do with their kVRows rows (row0 = the slice's first row within 128).
 struct RowsIO {
@@ -31,6 +40,10 @@ struct RowsIO {
   bool identity;   // transition rows: start from I
   bool has_v;      // the delta rule's v enters (false for transition rows)
   bool write_out;  // the rows produce out
+  // Checkpoints of the walk (rows that carry the real state, prepared plans): the state after walk
+  // chunk ck_next goes to column ck_m of the sequence's checkpoint_indices row, then every ck_step
+  // chunks to the next column, up to walk chunk ck_last. ck_next -1: none.
+  int ck_next, ck_step, ck_last, ck_m;
 };
 
 // Element offset of row `row` of slot `slot`, head hv in a [*, HV, 128, 128] state tensor.
@@ -49,10 +62,12 @@ __device__ __forceinline__ RowsIO whole_sequence_rows(const KdaFwdArgs& a, const
   io.init_fp32 = a.initial_fp32;
   io.dst_fp32 = a.final_fp32;
   io.chunk0 = 0;
-  io.nchunks = int((w.len + KdaDims::kChunk - 1) / KdaDims::kChunk);
+  io.nchunks = int(chunk_count(w.len, w.shift));
   io.identity = false;
   io.has_v = true;
   io.write_out = true;
+  io.ck_next = io.ck_last = -1;  // the fused kernel writes no checkpoints
+  io.ck_step = io.ck_m = 0;
   return io;
 }
 
@@ -119,6 +134,7 @@ __device__ __forceinline__ WorkUnit schedule_work(const KdaFwdArgs& a, int& scra
     w.skip = w.slot < 0 || w.slot >= a.pool_size;
   }
   w.zero_init = a.has_initial_state != nullptr && a.has_initial_state[w.seq] == 0;
+  w.shift = 0;  // the fused kernel never runs with checkpoints
   return w;
 }
 

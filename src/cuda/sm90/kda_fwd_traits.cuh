@@ -34,6 +34,15 @@ struct KdaFwdArgs {
   // runs, 0 = the prepared kernels run; each launched kernel returns at once when it is not its
   // turn. nullptr: the host decided.
   const int* device_plan;
+  // Prefix-cache checkpoints (docs/spec.md, "Prefix-cache checkpoints"; docs/kernel.md, "The
+  // shifted chunk grid and checkpoints"): only the prepared plans write them. Interval 0: none.
+  const void* checkpoint_start;                                 // int32 / int64 [N], or nullptr (all 0)
+  void* checkpoint_state;                                       // [checkpoint_pool_size, HV, 128, 128]
+  const int32_t* checkpoint_indices;                            // [N, checkpoint_columns], rows checkpoint_stride apart
+  int64_t checkpoint_interval;                                  // I (a multiple of 16), 0: no checkpoints
+  int64_t checkpoint_pool_size;                                 // P2: a slot outside [0, P2) is skipped like -1
+  int64_t checkpoint_columns;                                   // M
+  int64_t checkpoint_stride;                                    // elements between rows of checkpoint_indices
   int64_t q_s[3], k_s[3], v_s[3], g_s[3], out_s[3], beta_s[3];  // batch, token, head
   int64_t seqlen;                                               // T (per batch row; the packed length with cu_seqlens)
   int num_seqs;                                                 // N
@@ -46,6 +55,7 @@ struct KdaFwdArgs {
   bool softplus_gate;             // GateForm::kSoftplus: a = -exp(A_log) softplus(g + dt_bias), no floor
   bool initial_fp32, final_fp32;  // state dtypes (they may differ; docs/spec.md)
   bool cu_seqlens_i64;
+  bool checkpoint_start_i64, checkpoint_fp32;
 };
 
 // Sizes shared by every kernel of the forward (fused, preparation, recurrence).
@@ -153,7 +163,8 @@ struct KdaFwdTraits : KdaDims {
   static constexpr int kVRows = 16 * kConsumerWarps;  // state rows per CTA
   // 8 consumer warps make 512 threads: 128 registers a thread, which both roles nearly fit.
   static constexpr int kProducerGroups = 2;
-  static constexpr bool kLoadV = true;  // the producer stages this CTA's v columns
+  static constexpr bool kLoadV = true;         // the producer stages this CTA's v columns
+  static constexpr bool kShiftedGrid = false;  // never runs with checkpoints: WorkUnit::shift is 0
   static constexpr int kProducerWarps = kProducerGroups * kGroupThreads / 32;
   static constexpr int kThreads = 32 * (kProducerWarps + kConsumerWarps);
   // Threads taking part in one FULL/EMPTY hand-off: the chunk's producer group and the consumers.
@@ -185,6 +196,7 @@ struct KdaFwdTraits : KdaDims {
 struct KdaPrepTraits : KdaDims {
   static constexpr int kVRows = 0;
   static constexpr bool kLoadV = false;
+  static constexpr bool kShiftedGrid = true;  // WorkUnit::shift may be nonzero (checkpoints)
   static constexpr int kProducerGroups = 1;
   static constexpr int kThreads = kGroupThreads;
   static constexpr int kRawStages = 2;
@@ -224,6 +236,8 @@ struct KdaRecTraits : KdaDims {
     uint64_t full[kStages];   // the loader's copies landed (its 32 lanes' arrivals + transaction bytes)
     uint64_t empty[kStages];  // every consumer warp is done with the stage
     uint16_t out_stage[kConsumerWarps][kChunk][16];
+    int32_t ck_slot[kStages + 1];  // checkpoint slot of boundary walk chunk i at i % (kStages + 1)
+    int ck_step, ck_last;          // RowsIO's (read by the consumers between pieces of the walk)
   };
   static constexpr int kSmemBytes = sizeof(Smem);
 };

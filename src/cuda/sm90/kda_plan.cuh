@@ -5,7 +5,9 @@
 // and writes, per sequence, its token range, slot and the exclusive prefix sums that the other
 // kernels search to find their work:
 //
-//   chunks    ceil(len / 16)                 where its prepared chunks start in the workspace
+//   chunks    ceil((len + shift) / 16)       where its prepared chunks start in the workspace
+//             (0 if len = 0; shift = 0 without checkpoints: docs/kernel.md, "The shifted chunk
+//             grid and checkpoints")
 //   prep      ceil(chunks / prep_chunks)     preparation CTAs
 //   segments  1 + ceil((chunks - L0) / L),   segment 0 has L0 chunks, the others L; a sequence of 2
 //             or 1                           segments is not split: it would gain nothing (segment
@@ -38,6 +40,10 @@ struct SeqTable {
   int64_t* p1_off;
   int64_t* p3_off;
   int64_t* split_off;
+  // With checkpoints only (else nullptr): the sequence's grid shift (checkpoint_start[n] % 16) and
+  // the tokens before its first checkpoint boundary, I - checkpoint_start[n] % I, in [1, I].
+  int32_t* shift;
+  int64_t* ck_first;
 };
 constexpr int kSeqTableSums = 6;  // chunk, prep, extra, p1, p3, split
 
@@ -108,6 +114,7 @@ __device__ __forceinline__ WorkUnit table_unit(const KdaFwdArgs& a, const SeqTab
   w.slot = t.slot[n];
   w.skip = w.slot < 0;
   w.zero_init = t.zero_init[n] != 0;
+  w.shift = t.shift != nullptr ? t.shift[n] : 0;
   return w;
 }
 

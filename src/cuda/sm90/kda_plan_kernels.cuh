@@ -68,7 +68,20 @@ __global__ void __launch_bounds__(1024)
       p.seq.len[n] = len;
       p.seq.slot[n] = slot;
       p.seq.zero_init[n] = a.has_initial_state != nullptr && a.has_initial_state[n] == 0;
-      const int64_t chunks = (len + C - 1) / C;
+      int shift = 0;
+      if (p.seq.shift != nullptr) {
+        // The contract says start >= 0 (checked on the host backends only); a negative one is taken
+        // as 0 here so that nothing is out of range.
+        int64_t start = 0;
+        if (a.checkpoint_start != nullptr)
+          start = a.checkpoint_start_i64 ? static_cast<const int64_t*>(a.checkpoint_start)[n]
+                                         : int64_t(static_cast<const int32_t*>(a.checkpoint_start)[n]);
+        if (start < 0) start = 0;
+        shift = int(start % C);
+        p.seq.shift[n] = shift;
+        p.seq.ck_first[n] = a.checkpoint_interval - start % a.checkpoint_interval;
+      }
+      const int64_t chunks = chunk_count(len, shift);
       atomicMax(&longest, static_cast<unsigned long long>(chunks));
       const int64_t segs = segment_count(chunks, p.seg_chunks, p.seg0_chunks);
       v[0] = chunks;
@@ -172,7 +185,7 @@ __global__ void __launch_bounds__(ChainTraits::kThreads)
       acc[4] = fmaf(s1.x, pk[k], acc[4]), acc[5] = fmaf(s1.y, pk[k], acc[5]);
       acc[6] = fmaf(s1.z, pk[k], acc[6]), acc[7] = fmaf(s1.w, pk[k], acc[7]);
     }
-    __syncthreads();  // every thread is done with tile q's slot (and, at a step's end, the rows)
+    __syncthreads();         // every thread is done with tile q's slot (and, at a step's end, the rows)
     if (kt == kTiles - 1) {  // S_{j+1} = S_j P_j + R_j complete
       float* out = const_cast<float*>(at(p.seg_start, e0 + j, row0));
       *reinterpret_cast<float4*>(&sm.s_t[tid][0]) = make_float4(acc[0], acc[1], acc[2], acc[3]);

@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(KdaPrepTraits::kThreads, KdaPrepTraits::kCtasP
   if (!locate(p.seq.prep_off, a.num_seqs, blockIdx.x / a.heads_v, n, block)) return;
   const WorkUnit w = table_unit(a, p.seq, n, hv, 0);
   if (w.skip) return;  // a padding sequence is never read
-  const int nchunks = int((w.len + Tr::kChunk - 1) / Tr::kChunk);
+  const int nchunks = int(chunk_count(w.len, w.shift));
   const int c0 = int(block) * p.prep_chunks, c1 = min(c0 + p.prep_chunks, nchunks);
   const float inv_scale = a.scale != 0.f ? 1.f / a.scale : 0.f;
   unsigned char* base = prepared_chunk(p, a.heads_v, n, hv, 0);

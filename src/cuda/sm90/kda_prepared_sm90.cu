@@ -21,6 +21,14 @@ cudaError_t launch_prep_gate(const KdaFwdArgs& a, const PlanArgs& p, int64_t cta
   return cudaGetLastError();
 }
 
+template <class Tr, bool kCk>
+cudaError_t launch_rec(const KdaFwdArgs& a, const PlanArgs& p, int pass, int64_t ctas, cudaStream_t stream) {
+  const cudaError_t e = raise_smem_limit<kda_rec_kernel<Tr, kCk>>(Tr::kSmemBytes);
+  if (e != cudaSuccess) return e;
+  kda_rec_kernel<Tr, kCk><<<dim3(static_cast<unsigned>(ctas)), Tr::kThreads, Tr::kSmemBytes, stream>>>(a, p, pass);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 // The softplus gate has its own preparation kernel (docs/spec.md, "Gate forms"); the recurrence,
@@ -32,10 +40,8 @@ cudaError_t launch_kda_prep(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas
 template <int kConsumerWarps>
 cudaError_t launch_kda_rec(const KdaFwdArgs& a, const PlanArgs& p, int pass, int64_t ctas, cudaStream_t stream) {
   using Tr = KdaRecTraits<kConsumerWarps>;
-  const cudaError_t e = raise_smem_limit<kda_rec_kernel<Tr>>(Tr::kSmemBytes);
-  if (e != cudaSuccess) return e;
-  kda_rec_kernel<Tr><<<dim3(static_cast<unsigned>(ctas)), Tr::kThreads, Tr::kSmemBytes, stream>>>(a, p, pass);
-  return cudaGetLastError();
+  return a.checkpoint_interval > 0 ? launch_rec<Tr, true>(a, p, pass, ctas, stream)
+                                   : launch_rec<Tr, false>(a, p, pass, ctas, stream);
 }
 
 template cudaError_t launch_kda_rec<1>(const KdaFwdArgs&, const PlanArgs&, int, int64_t, cudaStream_t);

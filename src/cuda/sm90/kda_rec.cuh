@@ -19,7 +19,7 @@
 
 namespace flash_kda::cuda::sm90 {
 
-template <class Tr>
+template <class Tr, bool kCk>
 struct KdaLoader {
   static constexpr int C = Tr::kChunk;
   static constexpr int kVRowBytes = Tr::kVRows * 2;
@@ -31,19 +31,23 @@ struct KdaLoader {
   int64_t stride;             // bytes between consecutive chunks of one head
   const uint16_t* v_base;     // v of the sequence's first token, this slice's first column
   int64_t v_token_stride;     // elements between tokens of v
+  const int32_t* ck_row;      // the sequence's row of checkpoint_indices (with io.ck_next >= 0)
   int lane;
 
   // Chunk i into stage i % kStages once the consumers released it: lane 0 announces the bytes and
   // bulk-copies the prepared chunk (the parts without output only its first kOutputFree bytes);
   // the v rows (kVRows columns of 16 tokens, one 16-byte piece a cp.async) are spread over the 32
-  // lanes, zero-filled past the end of the sequence (the delta rule then sees v = 0 for a token
-  // whose beta is 0: no NaN can come from stale shared memory). Each lane's arrival on FULL (its
+  // lanes, zero-filled past the end of the sequence and for the virtual tokens before its start
+  // (w.shift; docs/kernel.md, "The shifted chunk grid and checkpoints"), so the delta rule sees
+  // v = 0 for a token whose beta is 0 (no NaN can come from stale shared memory). Each lane's arrival on FULL (its
   // count is 32) is made once its own copies have landed. One bulk copy a chunk instead of one a v
   // row: the bulk-copy engine's cost per copy, not bytes, set the loader's pace (docs/perf_log.md,
-  // session 5).
+  // session 5). A chunk that ends at a checkpoint boundary also brings its checkpoint slot (lane 0,
+  // one 4-byte cp.async, covered by the same arrival).
   __device__ void run() {
     constexpr int kPieces = kVRowBytes / 16;  // 16-byte pieces of one v row
     const uint32_t prepared_bytes = io.write_out ? KdaPrepared::kBytes : KdaPrepared::kOutputFree;
+    int ck_next = io.ck_next, ck_m = io.ck_m;  // the walk's next boundary chunk and its column
     for (int i = 0; i < io.nchunks; ++i) {
       const int s = i % Tr::kStages;
       if (i >= Tr::kStages) mbarrier_wait(&sm.empty[s], ((i / Tr::kStages) - 1) & 1);
@@ -53,15 +57,20 @@ struct KdaLoader {
         bulk_copy_g2s(st.prepared, src0 + i * stride, prepared_bytes, &sm.full[s]);
       }
       if (io.has_v) {
-        const int64_t tok0 = int64_t(io.chunk0 + i) * C;
-        const int valid = int(min(int64_t(C), w.len - tok0));
+        const int64_t tok0 = int64_t(io.chunk0 + i) * C - w.shift;  // the chunk's first token
+        const int lo = int(max(int64_t(0), -tok0)), hi = int(min(int64_t(C), w.len - tok0));
 #pragma unroll
         for (int x = lane; x < C * kPieces; x += 32) {
           const int t = x / kPieces, piece = x % kPieces;
-          const bool ok = t < valid;
+          const bool ok = t >= lo && t < hi;
           ptx::cp_async_16(&st.v[t][8 * piece], ok ? v_base + (tok0 + t) * v_token_stride + 8 * piece : v_base,
                            ok ? 16u : 0u);
         }
+      }
+      if (kCk && i == ck_next) {
+        if (lane == 0) ptx::cp_async_4(&sm.ck_slot[i % (Tr::kStages + 1)], ck_row + ck_m);
+        ++ck_m;
+        ck_next = ck_next + io.ck_step <= io.ck_last ? ck_next + io.ck_step : -1;
       }
       cp_async_mbarrier_arrive(&sm.full[s]);
     }
@@ -73,7 +82,7 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
                                             int64_t local, int rows) {
   constexpr int C = KdaDims::kChunk;
   const int n = w.seq;
-  const int64_t nc = (w.len + C - 1) / C, L = p.seg_chunks, L0 = p.seg0_chunks;
+  const int64_t nc = chunk_count(w.len, w.shift), L = p.seg_chunks, L0 = p.seg0_chunks;
   const int64_t e0 = p.seq.extra_off[n];
   const int segs = int(p.seq.extra_off[n + 1] - e0) + 1;
   RowsIO io;
@@ -130,10 +139,33 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
       io.dst_offset = 0;
     }
   }
+  // Checkpoints: only the rows that carry the real state (those writing out) write them.
+  io.ck_next = io.ck_last = -1;
+  io.ck_step = io.ck_m = 0;
+  if (p.seq.ck_first != nullptr && io.write_out && io.nchunks > 0) {
+    // Boundary m (column m) is the end of local token first + m I, i.e. of chunk cb0 + m I / 16 on
+    // the shifted grid (first + shift is a multiple of 16: first = -start mod I, shift = start mod
+    // 16); the sequence reaches count of them within its columns (docs/spec.md).
+    const int64_t I = a.checkpoint_interval, first = p.seq.ck_first[n];
+    const int64_t count = w.len >= first ? min((w.len - first) / I + 1, a.checkpoint_columns) : 0;
+    const int64_t cb0 = (first + w.shift) / C - 1, step = I / C;
+    const int64_t m0 = io.chunk0 <= cb0 ? 0 : (io.chunk0 - cb0 + step - 1) / step;  // first in the walk
+    const int64_t next = cb0 + m0 * step - io.chunk0;                               // >= 0
+    if (m0 < count && next < io.nchunks) {
+      // k boundaries in this walk: columns m0 .. m0 + k - 1, walk chunks next + j step.
+      const int64_t k = min(count - m0, (io.nchunks - 1 - next) / step + 1);
+      io.ck_next = int(next);
+      io.ck_last = int(next + (k - 1) * step);           // <= nchunks - 1
+      io.ck_step = int(min(step, int64_t(io.nchunks)));  // (clamped: past the walk's end either way)
+      io.ck_m = int(m0);
+    }
+  }
   return io;
 }
 
-template <class Tr>
+// kCk: the call writes checkpoints (its sequences' grids may be shifted); without, the shift is 0 at
+// compile time.
+template <class Tr, bool kCk>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     kda_rec_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p, int pass) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
@@ -144,30 +176,34 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   int64_t local;
   // Every warp finds its part itself (the same answer): no broadcast needed.
   if (!locate(pass == 1 ? p.seq.p1_off : p.seq.p3_off, a.num_seqs, b / (p.slices * a.heads_v), n, local)) return;
-  const WorkUnit w = table_unit(a, p.seq, n, hv, slice);
+  WorkUnit w = table_unit(a, p.seq, n, hv, slice);
   if (w.skip) return;  // padding: nothing is read or written
+  if constexpr (!kCk) w.shift = 0;
   const RowsIO io = part_rows(a, p, w, pass, local, Tr::kVRows);
   if (threadIdx.x == 0) {
     for (int s = 0; s < Tr::kStages; ++s) {
       mbarrier_init(&sm.full[s], 32);  // every loader lane
       mbarrier_init(&sm.empty[s], Tr::kConsumerWarps);
     }
+    sm.ck_step = io.ck_step;
+    sm.ck_last = io.ck_last;
   }
   __syncthreads();
   const int warp = threadIdx.x >> 5;
   if (warp < Tr::kLoaderWarps) {
     const uint16_t* v_base = a.v + w.row * a.v_s[0] + w.begin * a.v_s[1] + int64_t(hv) * a.v_s[2] + io.row0;
-    KdaLoader<Tr>{w,
-                  io,
-                  sm,
-                  prepared_chunk(p, a.heads_v, n, hv, io.chunk0),
-                  int64_t(a.heads_v) * KdaPrepared::kBytes,
-                  v_base,
-                  a.v_s[1],
-                  int(threadIdx.x & 31)}
+    KdaLoader<Tr, kCk>{w,
+                       io,
+                       sm,
+                       prepared_chunk(p, a.heads_v, n, hv, io.chunk0),
+                       int64_t(a.heads_v) * KdaPrepared::kBytes,
+                       v_base,
+                       a.v_s[1],
+                       a.checkpoint_indices + int64_t(n) * a.checkpoint_stride,
+                       int(threadIdx.x & 31)}
         .run();
   } else {
-    KdaConsumer<Tr, PackedStageView<Tr>>(a, w, io, sm, warp - Tr::kLoaderWarps, threadIdx.x & 31).run();
+    KdaConsumer<Tr, PackedStageView<Tr, kCk>>(a, w, io, sm, warp - Tr::kLoaderWarps, threadIdx.x & 31).run();
   }
 }
 

@@ -114,8 +114,8 @@ def fwd(
     reached) of ``checkpoint_state`` (bf16/fp32 [P2, HV, V, K], contiguous, in its dtype). A slot of
     -1 skips that one, boundaries past column M are not written, other slots are not touched.
     ``checkpoint_state`` may be the state pool itself; its written checkpoint slots must then be
-    slots no sequence of the call uses as its state. Host backends only: the CUDA backend raises
-    NotImplementedError (pending).
+    slots no sequence of the call uses as its state. Every backend (CUDA: the prepared plans, with
+    each sequence's chunk grid shifted so that boundaries end chunks; docs/kernel.md).
 
     Raises TypeError for a wrong dtype, ValueError for a wrong shape, stride, device or value
     (always before anything is written; the message starts with the argument's name),

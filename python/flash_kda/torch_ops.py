@@ -400,7 +400,7 @@ def chunk_kda(
     Prefix-cache checkpoints (keyword-only, flash-kda's own): ``checkpoint_interval``,
     ``checkpoint_state``, ``checkpoint_indices``, ``checkpoint_start`` as in :func:`flash_kda.fwd`;
     ``checkpoint_state`` is written in place, V-first [P2, HV, V, K] whatever ``state_v_first``
-    says (host backends only; CUDA support is pending).
+    says (every backend).
 
     Everything else is checked as by :func:`flash_kda.fwd` (TypeError / ValueError naming the
     argument). CUDA tensors run on the current stream; ``cu_seqlens`` on CUDA are checked through a

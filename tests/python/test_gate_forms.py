@@ -360,6 +360,18 @@ def test_cuda_decode_matches_oracle(rng, form, gate):
         assert after[s].tobytes() == pool[s].tobytes()
 
 
+def _check_cuda_forward(x, neg):
+    """The CUDA forward of problem x against the float64 oracle: every element written, the
+    tolerances of docs/spec.md."""
+    t = _cuda_tensors(x)
+    _fwd(t, neg, "cuda")
+    out, final = _host(t["out"]), _host(t["final_state"])
+    out64, final64 = _oracle(x, neg)
+    assert_written("out", out)
+    assert_written("final_state", final)
+    assert rel(out, out64) < OUT_LIMIT and rel(final, final64) < FP32_STATE_LIMIT
+
+
 @pytest.mark.cuda
 @needs_cuda
 @pytest.mark.parametrize("form", CUDA_FORWARD_FORMS)
@@ -370,13 +382,7 @@ def test_cuda_forward_matches_oracle(rng, form, layout):
     else:
         x = make_problem(rng, B=1, T=90, H=2, HV=4, state="fp32", cu_seqlens=[50, 0, 39, 1])
     x, neg = _with_form(x, form)
-    t = _cuda_tensors(x)
-    _fwd(t, neg, "cuda")
-    out, final = _host(t["out"]), _host(t["final_state"])
-    out64, final64 = _oracle(x, neg)
-    assert_written("out", out)
-    assert_written("final_state", final)
-    assert rel(out, out64) < OUT_LIMIT and rel(final, final64) < FP32_STATE_LIMIT
+    _check_cuda_forward(x, neg)
 
 
 @pytest.mark.cuda
@@ -390,10 +396,4 @@ def test_cuda_forward_softplus_extremes(rng, form, gate):
     x, neg = _with_form(make_problem(rng, B=1, T=40, H=1, HV=2, state="fp32", cu_seqlens=[20, 3, 17]), form)
     x["A_log"][:] = 0.0  # rate 1: the g values of DECODE_GATES are the decays
     DECODE_GATES[gate](x)
-    t = _cuda_tensors(x)
-    _fwd(t, neg, "cuda")
-    out, final = _host(t["out"]), _host(t["final_state"])
-    out64, final64 = _oracle(x, neg)
-    assert_written("out", out)
-    assert_written("final_state", final)
-    assert rel(out, out64) < OUT_LIMIT and rel(final, final64) < FP32_STATE_LIMIT
+    _check_cuda_forward(x, neg)

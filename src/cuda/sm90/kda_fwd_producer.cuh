@@ -307,13 +307,10 @@ struct KdaProducer {
     }
   }
 
-  // P2b: the decayed tiles of this thread's channel. Every shared-memory load comes before the
-  // first store: the compiler cannot prove the raw and stage tiles apart, and a store between
-  // loads would serialise the 16 otherwise independent token chains.
-  template <class Sink>
-  __device__ void tiles(const typename Tr::Raw& raw, const Sink& sink, const float (&G)[C]) {
-    const int c = ptid;
-    float k_hat[C], q_hat[C], nv[C];
+  // Channel c of the chunk's normalised keys and queries (q with scale) and -v (this CTA's
+  // columns, 0 past them), from the raw tiles and the norms of P1.
+  __device__ void normalised(const typename Tr::Raw& raw, int c, float (&k_hat)[C], float (&q_hat)[C],
+                             float (&nv)[C]) const {
 #pragma unroll
     for (int t = 0; t < C; t += 4) {
       const float4 rk = *reinterpret_cast<const float4*>(&grp.rk[t]);
@@ -326,6 +323,16 @@ struct KdaProducer {
         if constexpr (Tr::kLoadV) nv[t + j] = c < Tr::kVRows ? -bf16_bits_to_float(raw.v[t + j][c]) : 0.f;
       }
     }
+  }
+
+  // P2b: the decayed tiles of this thread's channel. Every shared-memory load comes before the
+  // first store: the compiler cannot prove the raw and stage tiles apart, and a store between
+  // loads would serialise the 16 otherwise independent token chains.
+  template <class Sink>
+  __device__ void tiles(const typename Tr::Raw& raw, const Sink& sink, const float (&G)[C]) {
+    const int c = ptid;
+    float k_hat[C], q_hat[C], nv[C];
+    normalised(raw, c, k_hat, q_hat, nv);
     const float gamma = ptx::ex2(G[C - 1]);
     float k_dec[C];
 #pragma unroll
@@ -480,18 +487,7 @@ struct KdaProducer {
   __device__ void softplus_tiles(const typename Tr::Raw& raw, const Sink& sink, const float (&alpha)[C]) {
     const int c = ptid, lane = ptid & 31, warp = ptid >> 5;
     float k_hat[C], q_hat[C], nv[C];
-#pragma unroll
-    for (int t = 0; t < C; t += 4) {
-      const float4 rk = *reinterpret_cast<const float4*>(&grp.rk[t]);
-      const float4 rq = *reinterpret_cast<const float4*>(&grp.rq[t]);
-      const float rk_[4] = {rk.x, rk.y, rk.z, rk.w}, rq_[4] = {rq.x, rq.y, rq.z, rq.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        k_hat[t + j] = bf16_bits_to_float(raw.k[t + j][c]) * rk_[j];
-        q_hat[t + j] = bf16_bits_to_float(raw.q[t + j][c]) * rq_[j];
-        if constexpr (Tr::kLoadV) nv[t + j] = c < Tr::kVRows ? -bf16_bits_to_float(raw.v[t + j][c]) : 0.f;
-      }
-    }
+    normalised(raw, c, k_hat, q_hat, nv);
     if constexpr (Tr::kLoadV) {
       if (c < Tr::kVRows) sink.neg_v(c, nv);
     }

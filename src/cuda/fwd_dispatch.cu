@@ -99,10 +99,11 @@ HostPlan make_plan(const FwdParams& p, int sm_count) {
                                : N * ceil_div(longest - L0, L);
   }
   h.slices1 = slices_for((N + 2 * h.max_extra) * HV, sm_count);
-  // Enough chunks per preparation CTA to amortise its start, few enough for two waves or more
-  // (4 CTAs an SM).
-  const int64_t per_wave = int64_t(sm_count) * sm90::KdaPrepTraits::kCtasPerSm;
-  h.prep_chunks = int(std::clamp<int64_t>(h.max_chunks * HV / (2 * per_wave), 4, 32));
+  // Enough chunks per preparation warp (2 to 8) to amortise a CTA's start (finding its sequence:
+  // a few dependent loads), few enough for two waves or more.
+  constexpr int kPrepWarps = sm90::KdaPrepTraits::kWarps;
+  const int64_t per_wave = int64_t(sm_count) * sm90::KdaPrepTraits::kCtasPerSm * kPrepWarps;
+  h.prep_chunks = kPrepWarps * int(std::clamp<int64_t>(h.max_chunks * HV / (2 * per_wave), 2, 8));
   h.slices3 = slices_for(std::max<int64_t>(h.max_extra, 1) * HV, sm_count);
 
   // As plan_args() carves it: the device plan flag, begin, len, slot, zero_init, then the prefix

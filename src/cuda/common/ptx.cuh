@@ -82,6 +82,14 @@ __device__ __forceinline__ float rcp(float x) {
   return y;
 }
 
+// Programmatic dependent launch (sm_90): a kernel launched with programmatic stream serialization
+// may start while the previous kernel of the stream finishes; griddep_wait() blocks until that
+// kernel has completed and its memory is visible (a no-op for a kernel launched without it), and
+// griddep_launch_dependents() lets the next kernel start launching once every CTA of this one has
+// called it or exited.
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
+
 __device__ __forceinline__ const void* as_ptr(const void* base, int64_t byte_offset) {
   return static_cast<const char*>(base) + byte_offset;
 }

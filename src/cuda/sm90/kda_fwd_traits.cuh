@@ -178,25 +178,21 @@ struct KdaFwdTraits : KdaDims {
   static constexpr int kSmemBytes = sizeof(Smem);
 };
 
-// The preparation pass: one producer group a CTA, several CTAs an SM, each preparing a few
-// consecutive chunks of one (sequence, value head) into the workspace (KdaPrepared).
+// The preparation pass (kda_prep.cuh): one warp prepares one chunk alone; 4 warps a CTA, 2 CTAs an
+// SM. Each warp's shared memory holds the chunk's three tf32 tiles of the intra-chunk products and
+// L^T for the inverse.
 struct KdaPrepTraits : KdaDims {
-  static constexpr int kVRows = 0;
-  static constexpr bool kLoadV = false;
-  static constexpr int kProducerGroups = 1;
-  static constexpr int kThreads = kGroupThreads;
-  static constexpr int kRawStages = 2;
-  static constexpr int kCtasPerSm = 4;  // 128 registers a thread, ~52 KB of shared memory a CTA
-  static constexpr int kBarGroup0 = 1;
-  using Raw = KdaRaw<0>;
-  using Group = KdaGroup<0, kRawStages>;
-  struct Tiles {  // k_tilde and q_tilde in the layout the A and M products read
-    float k_tilde[kChunk / 2][kPitchKI];
-    float q_tilde[kChunk / 2][kPitchKI];
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kCtasPerSm = 2;  // 108 KB of shared memory a CTA
+  struct WarpSmem {
+    float a[kChunk / 2][kPitchKI];  // k_tilde (token-interleaved, tf32)
+    float q[kChunk / 2][kPitchKI];  // q_tilde
+    float b[kChunk / 2][kPitchKI];  // k_bar
+    float l_t[kChunk][kChunk];      // L^T with L = diag(beta) strict_lower(A)
   };
   struct Smem {
-    Group group;
-    Tiles tiles;
+    WarpSmem warp[kWarps];
   };
   static constexpr int kSmemBytes = sizeof(Smem);
 };

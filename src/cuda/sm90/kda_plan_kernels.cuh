@@ -106,6 +106,8 @@ __global__ void __launch_bounds__(ChainTraits::kThreads)
   constexpr int D = KdaDims::kDim, R = ChainTraits::kRows, kSlices = D / R, kT = ChainTraits::kThreads;
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   auto& sm = *reinterpret_cast<ChainTraits::Smem*>(smem_bytes);
+  ptx::griddep_wait();  // the previous kernel of the plan is complete (docs/kernel.md, "Plans")
+  ptx::griddep_launch_dependents();
   if (fused_chosen(a)) return;
   const int b = blockIdx.x, slice = b % kSlices, hv = (b / kSlices) % a.heads_v;
   int n;

@@ -129,6 +129,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     kda_rec_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p, int pass) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   auto& sm = *reinterpret_cast<typename Tr::Smem*>(smem_bytes);
+  ptx::griddep_wait();  // the previous kernel of the plan is complete (docs/kernel.md, "Plans")
+  ptx::griddep_launch_dependents();
   if (fused_chosen(a)) return;
   const int b = blockIdx.x, slice = b % p.slices, hv = (b / p.slices) % a.heads_v;
   int n;

@@ -39,8 +39,8 @@ struct KdaLoader {
   // the v rows (kVRows columns of 16 tokens, one 16-byte piece a cp.async) are spread over the 32
   // lanes, zero-filled past the end of the sequence and for the virtual tokens before its start
   // (w.shift; docs/kernel.md, "The shifted chunk grid and checkpoints"), so the delta rule sees
-  // v = 0 for a token whose beta is 0 (no NaN can come from stale shared memory). Each lane's arrival on FULL (its
-  // count is 32) is made once its own copies have landed. One bulk copy a chunk instead of one a v
+  // v = 0 for a token whose beta is 0 (no NaN can come from stale shared memory). Each lane's
+  // arrival on FULL (its count is 32) is made once its own copies have landed. One bulk copy a chunk instead of one a v
   // row: the bulk-copy engine's cost per copy, not bytes, set the loader's pace (docs/perf_log.md,
   // session 5). A chunk that ends at a checkpoint boundary also brings its checkpoint slot (lane 0,
   // one 4-byte cp.async, covered by the same arrival).

@@ -46,6 +46,18 @@ __device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
   return r;
 }
 
+// Four 8x8 b16 matrices from shared memory, transposed (ldmatrix .trans): lanes 8m..8m+7 give the
+// addresses of matrix m's eight 16-byte rows; register m of lane l then holds elements (2(l % 4), l / 4)
+// and (2(l % 4) + 1, l / 4) of matrix m (row, column as stored), the lower row in the low half.
+__device__ __forceinline__ uint4 ldmatrix_x4_trans(const void* smem_row) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+  uint4 r;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "r"(s));
+  return r;
+}
+
 // 16-byte asynchronous copy global -> shared; `src_bytes` < 16 zero-fills the rest (0: all zeros,
 // nothing is read).
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, uint32_t src_bytes) {

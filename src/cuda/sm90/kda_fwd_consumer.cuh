@@ -31,6 +31,17 @@
 
 namespace flash_kda::cuda::sm90 {
 
+// A consumer's place in the ring of stages: chunk i is in stage i % kStages, whose barrier phase
+// parity is (i / kStages) % 2; kept incrementally (no division in the chunk loop).
+template <int kStages>
+struct RingPos {
+  int stage = 0;
+  uint32_t parity = 0;
+  __device__ void advance() {
+    if (++stage == kStages) stage = 0, parity ^= 1u;
+  }
+};
+
 // How consumers reach a prepared chunk, per kernel. Fragment accessors take the first of a pair:
 // channel c = 8j + 2t (k/q: the four values (t=g, c), (t=g+8, c), (t=g, c+1), (t=g+8, c+1)), or
 // token t even (pairs (t, t+1)).
@@ -46,12 +57,12 @@ struct Fp32StageView {
   __device__ static float2 pair(const float (*m)[kPitch], int n, int kp) {
     return *reinterpret_cast<const float2*>(&m[n][kp]);
   }
-  __device__ static const Stage& acquire(typename Tr::Smem& sm, int i) {
-    ptx::bar_sync(Tr::kBarFull0 + i % Tr::kStages, Tr::kHandoffThreads);
-    return sm.stage[i % Tr::kStages];
+  __device__ static const Stage& acquire(typename Tr::Smem& sm, RingPos<Tr::kStages> r) {
+    ptx::bar_sync(Tr::kBarFull0 + r.stage, Tr::kHandoffThreads);
+    return sm.stage[r.stage];
   }
-  __device__ static void release(typename Tr::Smem& sm, int i, int nchunks, int lane) {
-    if (i + Tr::kStages < nchunks) ptx::bar_arrive(Tr::kBarEmpty0 + i % Tr::kStages, Tr::kHandoffThreads);
+  __device__ static void release(typename Tr::Smem& sm, RingPos<Tr::kStages> r, int i, int nchunks, int lane) {
+    if (i + Tr::kStages < nchunks) ptx::bar_arrive(Tr::kBarEmpty0 + r.stage, Tr::kHandoffThreads);
   }
   __device__ static float4 k_frag(const Stage& st, int g, int c) {
     return *reinterpret_cast<const float4*>(&st.k_tilde[g][2 * c]);
@@ -59,7 +70,15 @@ struct Fp32StageView {
   __device__ static float4 q_frag(const Stage& st, int g, int c) {
     return *reinterpret_cast<const float4*>(&st.q_tilde[g][2 * c]);
   }
-  __device__ static float2 neg_v(const Stage& st, int row, int t) { return pair(st.neg_v_t, row, t); }
+  // -v of CTA rows r0 .. r0 + 15 as the C fragments of xk (tiles n: tokens 8n .. 8n + 7).
+  __device__ static void neg_v(const Stage& st, int r0, int lane, float (&xk)[2][4]) {
+    const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const float2 lo = pair(st.neg_v_t, r0 + g, 8 * n + 2 * t4), hi = pair(st.neg_v_t, r0 + g + 8, 8 * n + 2 * t4);
+      xk[n][0] = lo.x, xk[n][1] = lo.y, xk[n][2] = hi.x, xk[n][3] = hi.y;
+    }
+  }
   __device__ static float2 neg_t(const Stage& st, int t, int s) { return pair(st.neg_t, t, s); }
   __device__ static float2 m(const Stage& st, int t, int s) { return pair(st.m, t, s); }
   __device__ static float2 k_dec(const Stage& st, int c, int t) { return pair(st.k_dec_t, c, t); }
@@ -77,14 +96,13 @@ struct PackedStageView {
   static constexpr bool kScaleQ = true;        // q_hat comes without the output scale
   static constexpr bool kHalfProducts = true;  // fp16 MMAs for S k_tilde^T, S q_hat^T, U^T k_dec
   static constexpr bool kCheckpoints = kCk;    // RowsIO::ck_* (prefix-cache checkpoints)
-  __device__ static const Stage& acquire(typename Tr::Smem& sm, int i) {
-    const int s = i % Tr::kStages;
-    mbarrier_wait(&sm.full[s], (i / Tr::kStages) & 1);
-    return sm.stage[s];
+  __device__ static const Stage& acquire(typename Tr::Smem& sm, RingPos<Tr::kStages> r) {
+    mbarrier_wait(&sm.full[r.stage], r.parity);
+    return sm.stage[r.stage];
   }
-  __device__ static void release(typename Tr::Smem& sm, int i, int nchunks, int lane) {
+  __device__ static void release(typename Tr::Smem& sm, RingPos<Tr::kStages> r, int i, int nchunks, int lane) {
     __syncwarp();
-    if (lane == 0) mbarrier_arrive(&sm.empty[i % Tr::kStages]);
+    if (lane == 0) mbarrier_arrive(&sm.empty[r.stage]);
   }
   // Checkpoints: the slot of boundary walk chunk i (the loader brought it with the chunk, into a
   // ring one entry longer than the stages: the entry is not reused before every consumer warp has
@@ -114,9 +132,19 @@ struct PackedStageView {
   }
   __device__ static float4 k_frag(const Stage& st, int g, int c) { return kq(st, KdaPrepared::kKTilde, g, c); }
   __device__ static float4 q_frag(const Stage& st, int g, int c) { return kq(st, KdaPrepared::kQHat, g, c); }
-  __device__ static float2 neg_v(const Stage& st, int row, int t) {
-    return make_float2(-__uint_as_float(uint32_t(st.v[t][row]) << 16),
-                       -__uint_as_float(uint32_t(st.v[t + 1][row]) << 16));
+  // -v of CTA rows r0 .. r0 + 15 as the C fragments of xk, by one transposing ldmatrix: matrix m is
+  // tokens 8 (m / 2) .. + 7 of rows r0 + 8 (m % 2) .. + 7 (v is stored [token][row], bf16), so lane l
+  // receives rows r0 + l / 4 (+ 8) at tokens 2 (l % 4), + 1 (+ 8): exactly xk[m / 2][2 (m % 2) ..].
+  // bf16 -> fp32 is a shift (or a mask) of the 16 bits; the sign flip is one xor of the pair.
+  __device__ static void neg_v(const Stage& st, int r0, int lane, float (&xk)[2][4]) {
+    const int m = lane >> 3, r = lane & 7;
+    const uint4 p = ptx::ldmatrix_x4_trans(&st.v[8 * (m >> 1) + r][r0 + 8 * (m & 1)]);
+    const uint32_t w[4] = {p.x ^ 0x80008000u, p.y ^ 0x80008000u, p.z ^ 0x80008000u, p.w ^ 0x80008000u};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      xk[q >> 1][2 * (q & 1)] = __uint_as_float(w[q] << 16);
+      xk[q >> 1][2 * (q & 1) + 1] = __uint_as_float(w[q] & 0xffff0000u);
+    }
   }
   __device__ static float2 square(const Stage& st, int offset, int t, int s) {
     return *reinterpret_cast<const float2*>(st.prepared + offset + 4 * KdaPrepared::square_word(t, s));
@@ -131,6 +159,219 @@ struct PackedStageView {
   }
 };
 
+// The arithmetic of one chunk on one warp's 16 rows (steps 1-4 above), from a stage as the view
+// reads it; nothing but the lane's coordinates, whether v enters, and the output scale.
+template <class Tr, class View>
+struct ChunkMath {
+  using Stage = typename Tr::Stage;
+  static constexpr int D = Tr::kDim;
+  static constexpr int kTiles = D / 8;  // n8 tiles of the state
+
+  int cwarp, lane, g, t4;
+  bool has_v;
+  float scale;
+
+  // The whole chunk with tf32 products (the fused kernel's only path; the prepared plans' fallback).
+  template <bool kOut>
+  __device__ __forceinline__ void tf32_chunk(const Stage& st, float (&S)[kTiles][4], float (&xq)[2][4]) const {
+    float xk[2][4], u[2][4];
+    init_products(st, xk, xq);
+    products_tf32<kOut>(st, S, xk, xq);
+    solve_u(st, xk, u);
+    finish<kOut, false>(st, S, xq, u);
+  }
+  // Out of line: by value, so that nothing of the caller's (its shared-memory references, the
+  // consumer object) has to live in memory for the call.
+  template <bool kOut>
+  __device__ static __noinline__ void tf32_chunk_out_of_line(const ChunkMath m, const Stage& st,
+                                                             float (&S)[kTiles][4], float (&xq)[2][4]) {
+    m.tf32_chunk<kOut>(st, S, xq);
+  }
+
+  // step 2: U^T = xk (-T)^T (tf32 MMAs)
+  __device__ void solve_u(const Stage& st, const float (&xk)[2][4], float (&u)[2][4]) const {
+#pragma unroll
+    for (int n = 0; n < 2; ++n) u[n][0] = u[n][1] = u[n][2] = u[n][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      const float a0 = ptx::round_tf32(xk[kk][0]), a1 = ptx::round_tf32(xk[kk][2]);
+      const float a2 = ptx::round_tf32(xk[kk][1]), a3 = ptx::round_tf32(xk[kk][3]);
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        const float2 b = View::neg_t(st, 8 * n + g, 8 * kk + 2 * t4);
+        ptx::mma_tf32(u[n], a0, a1, a2, a3, b.x, b.y);
+      }
+    }
+  }
+
+  // Whether every |U| of the warp fits fp16 (fmaxf skips NaN: a NaN u passes and propagates).
+  __device__ static bool fits_f16(const float (&u)[2][4]) {
+    float big = 0.f;
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) big = fmaxf(big, fabsf(u[n][r]));
+    return __all_sync(0xffffffffu, big < 65504.f);
+  }
+
+  // Steps 3 and 4 from xq and U: O^T = xq scale + U^T M^T, S = S Diag(gamma) + U^T k_dec (U^T in
+  // fp16 with kHalf, else tf32).
+  template <bool kOut, bool kHalf>
+  __device__ __forceinline__ void finish(const Stage& st, float (&S)[kTiles][4], float (&xq)[2][4],
+                                         const float (&u)[2][4]) const {
+    if constexpr (View::kScaleQ && kOut) {
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) xq[n][r] *= scale;
+    }
+    float ua[2][4];  // U^T as tf32 A fragments (k positions t, t + 4 = tokens 2t, 2t + 1)
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      ua[kk][0] = ptx::round_tf32(u[kk][0]), ua[kk][1] = ptx::round_tf32(u[kk][2]);
+      ua[kk][2] = ptx::round_tf32(u[kk][1]), ua[kk][3] = ptx::round_tf32(u[kk][3]);
+    }
+    if constexpr (kOut) {
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          const float2 b = View::m(st, 8 * n + g, 8 * kk + 2 * t4);
+          ptx::mma_tf32(xq[n], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
+        }
+    }
+    decay(st, S);
+    if constexpr (kHalf) {
+      update_f16(st, S, u);
+    } else {
+      update_tf32(st, S, ua);
+    }
+  }
+
+  __device__ void init_products(const Stage& st, float (&xk)[2][4], float (&xq)[2][4]) const {
+    if (has_v) {
+      View::neg_v(st, cwarp * 16, lane, xk);
+    } else {
+#pragma unroll
+      for (int n = 0; n < 2; ++n) xk[n][0] = xk[n][1] = xk[n][2] = xk[n][3] = 0.f;
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n) xq[n][0] = xq[n][1] = xq[n][2] = xq[n][3] = 0.f;
+  }
+
+  // Step 1 with tf32 operands. Even and odd channel blocks of xk (needed first) go to separate
+  // accumulators: six independent MMA chains instead of four.
+  template <bool kOut>
+  __device__ void products_tf32(const Stage& st, const float (&S)[kTiles][4], float (&xk)[2][4],
+                                float (&xq)[2][4]) const {
+    float xk_odd[2][4] = {};
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      const float a0 = ptx::round_tf32(S[j][0]), a1 = ptx::round_tf32(S[j][2]);
+      const float a2 = ptx::round_tf32(S[j][1]), a3 = ptx::round_tf32(S[j][3]);
+      // (tokens g, g + 8) x (channels 2t, 2t + 1): the B pairs of both token halves.
+      const float4 bk = View::k_frag(st, g, 8 * j + 2 * t4);
+      float(&ck)[2][4] = j % 2 ? xk_odd : xk;
+      ptx::mma_tf32(ck[0], a0, a1, a2, a3, bk.x, bk.z);
+      ptx::mma_tf32(ck[1], a0, a1, a2, a3, bk.y, bk.w);
+      if constexpr (kOut) {
+        const float4 bq = View::q_frag(st, g, 8 * j + 2 * t4);
+        ptx::mma_tf32(xq[0], a0, a1, a2, a3, bq.x, bq.z);
+        ptx::mma_tf32(xq[1], a0, a1, a2, a3, bq.y, bq.w);
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) xk[n][r] += xk_odd[n][r];
+  }
+
+  // Step 1 with fp16 operands (the prepared plans): the state's accumulator tiles 2i and 2i + 1 are
+  // the A fragment of step i as they stand (columns 2t, 2t + 1 and 8 + 2t, 9 + 2t), so no
+  // permutation is needed; fp16 keeps tf32's 10-bit mantissa. A state entry of 65520 or more
+  // becomes an infinity in fp16, and every product of an infinity is infinite or NaN (inf * 0 =
+  // NaN), so xk alone shows it: some row's xk is then not finite, the whole warp returns false
+  // and the caller recomputes the chunk's products in tf32 (which also covers inputs that are not
+  // finite themselves). xq needs no check of its own: with the state finite in fp16 and
+  // |q_hat| <= 1 its sums stay below 128 * 65504 (fp32 accumulation), and a non-finite q makes
+  // xq non-finite on either path.
+  template <bool kOut>
+  __device__ bool products_f16(const Stage& st, const float (&S)[kTiles][4], float (&xk)[2][4],
+                               float (&xq)[2][4]) const {
+    float xk_odd[2][4] = {};  // two xk chains; xq keeps one
+#pragma unroll
+    for (int i = 0; i < kTiles / 2; ++i) {
+      // Each A fragment serves xk and xq at once and is dead after it (registers: 168 a thread with
+      // 8 consumer warps).
+      const uint32_t af[4] = {ptx::pack_f16(S[2 * i][0], S[2 * i][1]), ptx::pack_f16(S[2 * i][2], S[2 * i][3]),
+                              ptx::pack_f16(S[2 * i + 1][0], S[2 * i + 1][1]),
+                              ptx::pack_f16(S[2 * i + 1][2], S[2 * i + 1][3])};
+      const uint4 bk = View::frag16(st, KdaPrepared::kKTilde, i, lane);
+      float(&ck)[2][4] = i % 2 ? xk_odd : xk;
+      ptx::mma_f16(ck[0], af, bk.x, bk.y);
+      ptx::mma_f16(ck[1], af, bk.z, bk.w);
+      if constexpr (kOut) {
+        const uint4 bq = View::frag16(st, KdaPrepared::kQHat, i, lane);
+        ptx::mma_f16(xq[0], af, bq.x, bq.y);
+        ptx::mma_f16(xq[1], af, bq.z, bq.w);
+      }
+    }
+    float check[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      xk[0][r] += xk_odd[0][r], xk[1][r] += xk_odd[1][r];
+      check[r] = xk[0][r] + xk[1][r];
+    }
+    const float sum = (check[0] + check[1]) + (check[2] + check[3]);  // non-finite if any term is
+    return __all_sync(0xffffffffu, isfinite(sum));
+  }
+
+  // S <- S Diag(gamma): the chunk's decay of every state column.
+  __device__ void decay(const Stage& st, float (&S)[kTiles][4]) const {
+#pragma unroll
+    for (int i = 0; i < kTiles / 2; ++i) {
+      float4 gm;
+      if constexpr (View::kHalfProducts) {
+        gm = View::gamma4(st, i, t4);  // channels 16i + 2t, +1, 16i + 8 + 2t, +1 in one load
+      } else {
+        const float2 lo = View::gamma(st, 16 * i + 2 * t4), hi = View::gamma(st, 16 * i + 8 + 2 * t4);
+        gm = make_float4(lo.x, lo.y, hi.x, hi.y);
+      }
+      float(&s0)[4] = S[2 * i];
+      float(&s1)[4] = S[2 * i + 1];
+      s0[0] *= gm.x, s0[1] *= gm.y, s0[2] *= gm.x, s0[3] *= gm.y;
+      s1[0] *= gm.z, s1[1] *= gm.w, s1[2] *= gm.z, s1[3] *= gm.w;
+    }
+  }
+
+  // Step 4 with tf32 operands (S already decayed): U^T as permuted A fragments, k_dec pairs in the
+  // same permutation.
+  __device__ void update_tf32(const Stage& st, float (&S)[kTiles][4], const float (&ua)[2][4]) const {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        const float2 b = View::k_dec(st, 8 * j + g, 8 * kk + 2 * t4);
+        ptx::mma_tf32(S[j], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
+      }
+    }
+  }
+
+  // Step 4 with U^T in fp16 (one m16n8k16 per state tile, all 16 tokens; S already decayed; the
+  // caller checked that U fits fp16).
+  __device__ void update_f16(const Stage& st, float (&S)[kTiles][4], const float (&u)[2][4]) const {
+    const uint32_t af[4] = {ptx::pack_f16(u[0][0], u[0][1]), ptx::pack_f16(u[0][2], u[0][3]),
+                            ptx::pack_f16(u[1][0], u[1][1]), ptx::pack_f16(u[1][2], u[1][3])};
+#pragma unroll
+    for (int i = 0; i < kTiles / 2; ++i) {
+      const uint4 kd = View::frag16(st, KdaPrepared::kKDec, i, lane);
+      ptx::mma_f16(S[2 * i], af, kd.x, kd.y);
+      ptx::mma_f16(S[2 * i + 1], af, kd.z, kd.w);
+    }
+  }
+
+};
+
 template <class Tr, class View>
 struct KdaConsumer {
   using Stage = typename Tr::Stage;
@@ -143,10 +384,19 @@ struct KdaConsumer {
   const RowsIO& io;
   typename Tr::Smem& sm;
   int cwarp, lane, g, t4;
+  ChunkMath<Tr, View> m;
 
   __device__ KdaConsumer(const KdaFwdArgs& args, const WorkUnit& work, const RowsIO& rows, typename Tr::Smem& smem,
                          int warp, int ln)
-      : a(args), w(work), io(rows), sm(smem), cwarp(warp), lane(ln), g(ln >> 2), t4(ln & 3) {}
+      : a(args),
+        w(work),
+        io(rows),
+        sm(smem),
+        cwarp(warp),
+        lane(ln),
+        g(ln >> 2),
+        t4(ln & 3),
+        m{warp, ln, ln >> 2, ln & 3, rows.has_v, args.scale} {}
 
   __device__ void load_state(float (&S)[kTiles][4]) const {
     if (io.init == nullptr) {
@@ -215,9 +465,10 @@ struct KdaConsumer {
   template <bool kOut>
   __device__ void walk() {
     float S[kTiles][4];
-    load_state(S);                    // the whole slice is read before anything is written: in-place updates are safe
-    const int vrow = cwarp * 16 + g;  // this lane's first state row within the CTA's slice
+    load_state(S);  // the whole slice is read before anything is written: in-place updates are safe
     const int nchunks = io.nchunks;
+    RingPos<Tr::kStages> ring;
+    OutCursor out = out_cursor();
     if constexpr (View::kCheckpoints && kOut) {
       // Checkpoints (RowsIO::ck_*): the walk runs in pieces that end at a boundary chunk, so the
       // chunk loop itself carries nothing more than without checkpoints (the schedule is read
@@ -226,7 +477,7 @@ struct KdaConsumer {
       // none, ck_last = -1) b > ck_last.
       int i = 0, stop = io.ck_next >= 0 ? io.ck_next + 1 : nchunks;
       for (;;) {
-        for (; i < stop; ++i) chunk<kOut>(S, i, vrow, nchunks);
+        for (; i < stop; ++i) chunk<kOut>(S, ring, out, i, nchunks);
         const int b = i - 1, last = View::checkpoint_last(sm);
         stop = nchunks;
         if (b >= 0 && b <= last) {  // S is the state after a boundary token
@@ -240,213 +491,75 @@ struct KdaConsumer {
         if (i >= nchunks) break;
       }
     } else {
-      for (int i = 0; i < nchunks; ++i) chunk<kOut>(S, i, vrow, nchunks);
+      for (int i = 0; i < nchunks; ++i) chunk<kOut>(S, ring, out, i, nchunks);
     }
     store_state(S);
   }
 
+  // Where this lane writes out: 8 value channels (16 bytes) of token `tok` of the sequence (on the
+  // walk's grid; tokens outside [0, w.len) are not written). 32-bit token counts: a sequence of 2^31
+  // tokens would need 512 GB of q alone.
+  struct OutCursor {
+    uint16_t* ptr;  // the lane's channels at token `tok`
+    int tok;
+  };
+  __device__ OutCursor out_cursor() const {
+    const int t = lane >> 1, half = lane & 1;
+    // (below 0: a virtual token, docs/kernel.md; the fused kernel's grid is never shifted)
+    const int tok = io.chunk0 * C + t - (View::kCheckpoints ? int(w.shift) : 0);
+    uint16_t* base = a.out + w.row * a.out_s[0] + w.begin * a.out_s[1] + int64_t(w.hv) * a.out_s[2] +
+                     w.slice * Tr::kVRows + cwarp * 16 + half * 8;
+    return OutCursor{base + int64_t(tok) * a.out_s[1], tok};
+  }
+
   // Walk chunk i: S from the state before chunk io.chunk0 + i to the state after it, out written.
+  // The prepared plans take the fp16 path when its range checks pass (the products finite, |U|
+  // within fp16) and otherwise redo the whole chunk in tf32 from the unchanged S; S changes only
+  // at the end of either path.
   template <bool kOut>
-  __device__ __forceinline__ void chunk(float (&S)[kTiles][4], int i, int vrow, int nchunks) {
-    const Stage& st = View::acquire(sm, i);
-
-    // step 1: xk = S k_tilde^T - v^T, xq = S q_tilde^T
-    float xk[2][4], xq[2][4];
-    bool done = false;
+  __device__ __forceinline__ void chunk(float (&S)[kTiles][4], RingPos<Tr::kStages>& ring, OutCursor& out, int i,
+                                        int nchunks) {
+    const Stage& st = View::acquire(sm, ring);
+    float xq[2][4];
     if constexpr (View::kHalfProducts) {
-      init_products(st, vrow, xk, xq);
-      done = products_f16<kOut>(st, S, xk, xq);
-    }
-    if (!done) {
-      init_products(st, vrow, xk, xq);
-      products_tf32<kOut>(st, S, xk, xq);
-    }
-    if constexpr (View::kScaleQ && kOut) {
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) xq[n][r] *= a.scale;
-    }
-
-    // The decay of step 4, S Diag(gamma), needs nothing of U: done here, it overlaps step 2
-    // instead of following U's range check.
-    decay(st, S);
-
-    // step 2: U^T = xk (-T)^T
-    float u[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      const float a0 = ptx::round_tf32(xk[kk][0]), a1 = ptx::round_tf32(xk[kk][2]);
-      const float a2 = ptx::round_tf32(xk[kk][1]), a3 = ptx::round_tf32(xk[kk][3]);
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        const float2 b = View::neg_t(st, 8 * n + g, 8 * kk + 2 * t4);
-        ptx::mma_tf32(u[n], a0, a1, a2, a3, b.x, b.y);
+      float xk[2][4], u[2][4];
+      m.init_products(st, xk, xq);
+      bool fast = m.template products_f16<kOut>(st, S, xk, xq);  // step 1 (S unchanged)
+      if (fast) {
+        m.solve_u(st, xk, u);  // step 2
+        fast = m.fits_f16(u);
       }
-    }
-    float ua[2][4];  // U^T as tf32 A fragments (k positions t, t + 4 = tokens 2t, 2t + 1)
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      ua[kk][0] = ptx::round_tf32(u[kk][0]), ua[kk][1] = ptx::round_tf32(u[kk][2]);
-      ua[kk][2] = ptx::round_tf32(u[kk][1]), ua[kk][3] = ptx::round_tf32(u[kk][3]);
-    }
-
-    // step 3: O^T = xq + U^T M^T
-    if constexpr (kOut) {
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk)
-#pragma unroll
-        for (int n = 0; n < 2; ++n) {
-          const float2 b = View::m(st, 8 * n + g, 8 * kk + 2 * t4);
-          ptx::mma_tf32(xq[n], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
-        }
-    }
-
-    // step 4: S = S Diag(gamma) + U^T k_dec (S is already decayed)
-    done = false;
-    if constexpr (View::kHalfProducts) done = update_f16(st, S, u);
-    if (!done) update_tf32(st, S, ua);
-    View::release(sm, i, nchunks, lane);
-
-    if constexpr (kOut) store_output(xq, io.chunk0 + i);
-  }
-
-  __device__ void init_products(const Stage& st, int vrow, float (&xk)[2][4], float (&xq)[2][4]) const {
-#pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      if (io.has_v) {
-        const float2 lo = View::neg_v(st, vrow, 8 * n + 2 * t4), hi = View::neg_v(st, vrow + 8, 8 * n + 2 * t4);
-        xk[n][0] = lo.x, xk[n][1] = lo.y, xk[n][2] = hi.x, xk[n][3] = hi.y;
+      if (fast) {
+        m.template finish<kOut, true>(st, S, xq, u);
       } else {
-        xk[n][0] = xk[n][1] = xk[n][2] = xk[n][3] = 0.f;
+        // The rare tf32 chunk runs out of line on a copy of S, so that it shapes neither the fast
+        // path's registers nor its code (with 8 consumer warps a thread has 168 registers).
+        float s_copy[kTiles][4], xq_copy[2][4];
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) s_copy[j][r] = S[j][r];
+        ChunkMath<Tr, View>::template tf32_chunk_out_of_line<kOut>(m, st, s_copy, xq_copy);
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) S[j][r] = s_copy[j][r];
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) xq[n][r] = xq_copy[n][r];
       }
-      xq[n][0] = xq[n][1] = xq[n][2] = xq[n][3] = 0.f;
+    } else {
+      m.template tf32_chunk<kOut>(st, S, xq);
     }
-  }
-
-  // Step 1 with tf32 operands. Even and odd channel blocks of xk (needed first) go to separate
-  // accumulators: six independent MMA chains instead of four.
-  template <bool kOut>
-  __device__ void products_tf32(const Stage& st, const float (&S)[kTiles][4], float (&xk)[2][4],
-                                float (&xq)[2][4]) const {
-    float xk_odd[2][4] = {};
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      const float a0 = ptx::round_tf32(S[j][0]), a1 = ptx::round_tf32(S[j][2]);
-      const float a2 = ptx::round_tf32(S[j][1]), a3 = ptx::round_tf32(S[j][3]);
-      // (tokens g, g + 8) x (channels 2t, 2t + 1): the B pairs of both token halves.
-      const float4 bk = View::k_frag(st, g, 8 * j + 2 * t4);
-      float(&ck)[2][4] = j % 2 ? xk_odd : xk;
-      ptx::mma_tf32(ck[0], a0, a1, a2, a3, bk.x, bk.z);
-      ptx::mma_tf32(ck[1], a0, a1, a2, a3, bk.y, bk.w);
-      if constexpr (kOut) {
-        const float4 bq = View::q_frag(st, g, 8 * j + 2 * t4);
-        ptx::mma_tf32(xq[0], a0, a1, a2, a3, bq.x, bq.z);
-        ptx::mma_tf32(xq[1], a0, a1, a2, a3, bq.y, bq.w);
-      }
-    }
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) xk[n][r] += xk_odd[n][r];
-  }
-
-  // Step 1 with fp16 operands (the prepared plans): the state's accumulator tiles 2i and 2i + 1 are
-  // the A fragment of step i as they stand (columns 2t, 2t + 1 and 8 + 2t, 9 + 2t), so no
-  // permutation is needed; fp16 keeps tf32's 10-bit mantissa. A state entry of 65520 or more
-  // becomes an infinity in fp16, and every product of an infinity is infinite or NaN (inf * 0 =
-  // NaN), so xk alone shows it: some row's xk is then not finite, the whole warp returns false
-  // and the caller recomputes the chunk's products in tf32 (which also covers inputs that are not
-  // finite themselves). xq needs no check of its own: with the state finite in fp16 and
-  // |q_hat| <= 1 its sums stay below 128 * 65504 (fp32 accumulation), and a non-finite q makes
-  // xq non-finite on either path. The xk MMAs are issued first and the vote waits for them only.
-  template <bool kOut>
-  __device__ bool products_f16(const Stage& st, const float (&S)[kTiles][4], float (&xk)[2][4],
-                               float (&xq)[2][4]) const {
-    uint32_t af[kTiles / 2][4];
-    float xk_odd[2][4] = {};  // xk is needed first: two chains; xq keeps one (registers)
-#pragma unroll
-    for (int i = 0; i < kTiles / 2; ++i) {
-      af[i][0] = ptx::pack_f16(S[2 * i][0], S[2 * i][1]), af[i][1] = ptx::pack_f16(S[2 * i][2], S[2 * i][3]);
-      af[i][2] = ptx::pack_f16(S[2 * i + 1][0], S[2 * i + 1][1]);
-      af[i][3] = ptx::pack_f16(S[2 * i + 1][2], S[2 * i + 1][3]);
-      const uint4 bk = View::frag16(st, KdaPrepared::kKTilde, i, lane);
-      float(&ck)[2][4] = i % 2 ? xk_odd : xk;
-      ptx::mma_f16(ck[0], af[i], bk.x, bk.y);
-      ptx::mma_f16(ck[1], af[i], bk.z, bk.w);
-    }
-    if constexpr (kOut) {
-#pragma unroll
-      for (int i = 0; i < kTiles / 2; ++i) {
-        const uint4 bq = View::frag16(st, KdaPrepared::kQHat, i, lane);
-        ptx::mma_f16(xq[0], af[i], bq.x, bq.y);
-        ptx::mma_f16(xq[1], af[i], bq.z, bq.w);
-      }
-    }
-    float check[4];
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      xk[0][r] += xk_odd[0][r], xk[1][r] += xk_odd[1][r];
-      check[r] = xk[0][r] + xk[1][r];
-    }
-    const float sum = (check[0] + check[1]) + (check[2] + check[3]);  // non-finite if any term is
-    return __all_sync(0xffffffffu, isfinite(sum));
-  }
-
-  // S <- S Diag(gamma): the chunk's decay of every state column.
-  __device__ void decay(const Stage& st, float (&S)[kTiles][4]) const {
-#pragma unroll
-    for (int i = 0; i < kTiles / 2; ++i) {
-      float4 gm;
-      if constexpr (View::kHalfProducts) {
-        gm = View::gamma4(st, i, t4);  // channels 16i + 2t, +1, 16i + 8 + 2t, +1 in one load
-      } else {
-        const float2 lo = View::gamma(st, 16 * i + 2 * t4), hi = View::gamma(st, 16 * i + 8 + 2 * t4);
-        gm = make_float4(lo.x, lo.y, hi.x, hi.y);
-      }
-      float(&s0)[4] = S[2 * i];
-      float(&s1)[4] = S[2 * i + 1];
-      s0[0] *= gm.x, s0[1] *= gm.y, s0[2] *= gm.x, s0[3] *= gm.y;
-      s1[0] *= gm.z, s1[1] *= gm.w, s1[2] *= gm.z, s1[3] *= gm.w;
-    }
-  }
-
-  // Step 4 with tf32 operands (S already decayed): U^T as permuted A fragments, k_dec pairs in the
-  // same permutation.
-  __device__ void update_tf32(const Stage& st, float (&S)[kTiles][4], const float (&ua)[2][4]) const {
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-        const float2 b = View::k_dec(st, 8 * j + g, 8 * kk + 2 * t4);
-        ptx::mma_tf32(S[j], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
-      }
-    }
-  }
-
-  // Step 4 with U^T in fp16 (one m16n8k16 per state tile, all 16 tokens; S already decayed); false,
-  // with nothing changed, when some |U| of the warp does not fit fp16 (the caller then runs update_tf32).
-  __device__ bool update_f16(const Stage& st, float (&S)[kTiles][4], const float (&u)[2][4]) const {
-    float big = 0.f;
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) big = fmaxf(big, fabsf(u[n][r]));
-    if (!__all_sync(0xffffffffu, big < 65504.f)) return false;  // (fmaxf skips NaN: a NaN u passes and propagates)
-    const uint32_t af[4] = {ptx::pack_f16(u[0][0], u[0][1]), ptx::pack_f16(u[0][2], u[0][3]),
-                            ptx::pack_f16(u[1][0], u[1][1]), ptx::pack_f16(u[1][2], u[1][3])};
-#pragma unroll
-    for (int i = 0; i < kTiles / 2; ++i) {
-      const uint4 kd = View::frag16(st, KdaPrepared::kKDec, i, lane);
-      ptx::mma_f16(S[2 * i], af, kd.x, kd.y);
-      ptx::mma_f16(S[2 * i + 1], af, kd.z, kd.w);
-    }
-    return true;
+    View::release(sm, ring, i, nchunks, lane);
+    ring.advance();
+    if constexpr (kOut) store_output(xq, out);
   }
 
   // Stages the warp's 16 rows x 16 tokens of O^T through shared memory so that every lane writes
-  // 16 contiguous bytes (8 value channels of one token).
-  __device__ void store_output(const float (&o)[2][4], int i) {
+  // 16 contiguous bytes (8 value channels of one token), and moves the cursor to the next chunk.
+  __device__ void store_output(const float (&o)[2][4], OutCursor& out) {
     uint16_t(*stage)[16] = sm.out_stage[cwarp];
     __syncwarp();
 #pragma unroll
@@ -458,14 +571,10 @@ struct KdaConsumer {
       stage[t + 1][g + 8] = __bfloat16_as_ushort(__float2bfloat16_rn(o[n][3]));
     }
     __syncwarp();
-    const int t = lane >> 1, half = lane & 1;
-    // (below 0: a virtual token, docs/kernel.md; the fused kernel's grid is never shifted)
-    const int64_t tok = int64_t(i) * C + t - (View::kCheckpoints ? w.shift : 0);
-    if (tok >= 0 && tok < w.len) {
-      uint16_t* dst = a.out + w.row * a.out_s[0] + (w.begin + tok) * a.out_s[1] + int64_t(w.hv) * a.out_s[2] +
-                      w.slice * Tr::kVRows + cwarp * 16 + half * 8;
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&stage[t][half * 8]);
-    }
+    if (out.tok >= 0 && out.tok < w.len)
+      *reinterpret_cast<uint4*>(out.ptr) = *reinterpret_cast<const uint4*>(&stage[lane >> 1][(lane & 1) * 8]);
+    out.ptr += C * a.out_s[1];
+    out.tok += C;
   }
 };
 

@@ -226,7 +226,9 @@ struct KdaRecTraits : KdaDims {
   static constexpr int kThreads = 32 * (kLoaderWarps + kConsumerWarps);
   struct Stage {
     alignas(16) unsigned char prepared[KdaPrepared::kBytes];
-    uint16_t v[kChunk][kVRows];  // this CTA's v columns, as stored (bf16)
+    // this CTA's v columns, as stored (bf16); rows padded by 16 bytes so that the eight 16-byte rows
+    // of a transposing ldmatrix fall in distinct bank groups
+    uint16_t v[kChunk][kVRows + 8];
   };
   // A consumer step is ~1 us and a load from HBM 1-2 us: as many chunks in flight as ~208 KB
   // hold (11 with 128 rows, 14 with 16).

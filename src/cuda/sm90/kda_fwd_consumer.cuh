@@ -178,7 +178,7 @@ struct ChunkMath {
     init_products(st, xk, xq);
     products_tf32<kOut>(st, S, xk, xq);
     solve_u(st, xk, u);
-    finish<kOut, false>(st, S, xq, u);
+    finish<kOut, false, true>(st, S, xq, u);
   }
   // Out of line: by value, so that nothing of the caller's (its shared-memory references, the
   // consumer object) has to live in memory for the call.
@@ -186,6 +186,13 @@ struct ChunkMath {
   __device__ static __noinline__ void tf32_chunk_out_of_line(const ChunkMath m, const Stage& st,
                                                              float (&S)[kTiles][4], float (&xq)[2][4]) {
     m.tf32_chunk<kOut>(st, S, xq);
+  }
+  // Steps 3 and 4 in tf32 on an already decayed S (U does not fit fp16).
+  template <bool kOut>
+  __device__ static __noinline__ void tf32_finish_out_of_line(const ChunkMath m, const Stage& st,
+                                                              float (&S)[kTiles][4], float (&xq)[2][4],
+                                                              const float (&u)[2][4]) {
+    m.finish<kOut, false, false>(st, S, xq, u);
   }
 
   // step 2: U^T = xk (-T)^T (tf32 MMAs)
@@ -206,17 +213,14 @@ struct ChunkMath {
 
   // Whether every |U| of the warp fits fp16 (fmaxf skips NaN: a NaN u passes and propagates).
   __device__ static bool fits_f16(const float (&u)[2][4]) {
-    float big = 0.f;
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) big = fmaxf(big, fabsf(u[n][r]));
-    return __all_sync(0xffffffffu, big < 65504.f);
+    const float b0 = fmaxf(fmaxf(fabsf(u[0][0]), fabsf(u[0][1])), fmaxf(fabsf(u[0][2]), fabsf(u[0][3])));
+    const float b1 = fmaxf(fmaxf(fabsf(u[1][0]), fabsf(u[1][1])), fmaxf(fabsf(u[1][2]), fabsf(u[1][3])));
+    return __all_sync(0xffffffffu, fmaxf(b0, b1) < 65504.f);
   }
 
   // Steps 3 and 4 from xq and U: O^T = xq scale + U^T M^T, S = S Diag(gamma) + U^T k_dec (U^T in
-  // fp16 with kHalf, else tf32).
-  template <bool kOut, bool kHalf>
+  // fp16 with kHalf, else tf32; kDecay: S Diag(gamma) here, else the caller has done it).
+  template <bool kOut, bool kHalf, bool kDecay>
   __device__ __forceinline__ void finish(const Stage& st, float (&S)[kTiles][4], float (&xq)[2][4],
                                          const float (&u)[2][4]) const {
     if constexpr (View::kScaleQ && kOut) {
@@ -240,7 +244,7 @@ struct ChunkMath {
           ptx::mma_tf32(xq[n], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
         }
     }
-    decay(st, S);
+    if constexpr (kDecay) decay(st, S);
     if constexpr (kHalf) {
       update_f16(st, S, u);
     } else {
@@ -298,7 +302,9 @@ struct ChunkMath {
   template <bool kOut>
   __device__ bool products_f16(const Stage& st, const float (&S)[kTiles][4], float (&xk)[2][4],
                                float (&xq)[2][4]) const {
-    float xk_odd[2][4] = {};  // two xk chains; xq keeps one
+    // Four accumulators each for xk and xq (tiles n, even and odd steps i): a chain's next MMA
+    // comes eight MMAs after its last one, so the warp does not wait on the accumulation.
+    float xk_odd[2][4] = {}, xq_odd[2][4] = {};
 #pragma unroll
     for (int i = 0; i < kTiles / 2; ++i) {
       // Each A fragment serves xk and xq at once and is dead after it (registers: 168 a thread with
@@ -312,9 +318,14 @@ struct ChunkMath {
       ptx::mma_f16(ck[1], af, bk.z, bk.w);
       if constexpr (kOut) {
         const uint4 bq = View::frag16(st, KdaPrepared::kQHat, i, lane);
-        ptx::mma_f16(xq[0], af, bq.x, bq.y);
-        ptx::mma_f16(xq[1], af, bq.z, bq.w);
+        float(&cq)[2][4] = i % 2 ? xq_odd : xq;
+        ptx::mma_f16(cq[0], af, bq.x, bq.y);
+        ptx::mma_f16(cq[1], af, bq.z, bq.w);
       }
+    }
+    if constexpr (kOut) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) xq[0][r] += xq_odd[0][r], xq[1][r] += xq_odd[1][r];
     }
     float check[4];
 #pragma unroll
@@ -512,10 +523,33 @@ struct KdaConsumer {
     return OutCursor{base + int64_t(tok) * a.out_s[1], tok};
   }
 
+  // A rare tf32 step runs out of line on a copy of S (and xq), so that it shapes neither the fast
+  // path's registers nor its code (with 8 consumer warps a thread has 168 registers).
+  template <class Step>
+  __device__ __forceinline__ static void rare_path(float (&S)[kTiles][4], float (&xq)[2][4], Step step) {
+    float s_copy[kTiles][4], xq_copy[2][4];
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) s_copy[j][r] = S[j][r];
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) xq_copy[n][r] = xq[n][r];
+    step(s_copy, xq_copy);
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) S[j][r] = s_copy[j][r];
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) xq[n][r] = xq_copy[n][r];
+  }
+
   // Walk chunk i: S from the state before chunk io.chunk0 + i to the state after it, out written.
-  // The prepared plans take the fp16 path when its range checks pass (the products finite, |U|
-  // within fp16) and otherwise redo the whole chunk in tf32 from the unchanged S; S changes only
-  // at the end of either path.
+  // The prepared plans take the fp16 path when its range checks pass: non-finite products redo the
+  // whole chunk in tf32 from the unchanged S, a U that does not fit fp16 runs steps 3 and 4 in tf32.
   template <bool kOut>
   __device__ __forceinline__ void chunk(float (&S)[kTiles][4], RingPos<Tr::kStages>& ring, OutCursor& out, int i,
                                         int nchunks) {
@@ -524,30 +558,25 @@ struct KdaConsumer {
     if constexpr (View::kHalfProducts) {
       float xk[2][4], u[2][4];
       m.init_products(st, xk, xq);
-      bool fast = m.template products_f16<kOut>(st, S, xk, xq);  // step 1 (S unchanged)
-      if (fast) {
-        m.solve_u(st, xk, u);  // step 2
-        fast = m.fits_f16(u);
-      }
-      if (fast) {
-        m.template finish<kOut, true>(st, S, xq, u);
+      if (m.template products_f16<kOut>(st, S, xk, xq)) {  // step 1 (S unchanged)
+        m.decay(st, S);  // S Diag(gamma) of step 4 needs nothing of U: it overlaps step 2
+        m.solve_u(st, xk, u);
+        if (m.fits_f16(u)) {
+          m.template finish<kOut, true, false>(st, S, xq, u);
+        } else {
+          rare_path(S, xq, [&](float(&s_copy)[kTiles][4], float(&xq_copy)[2][4]) {
+            float u_copy[2][4];  // (u itself stays in registers)
+#pragma unroll
+            for (int n = 0; n < 2; ++n)
+#pragma unroll
+              for (int r = 0; r < 4; ++r) u_copy[n][r] = u[n][r];
+            ChunkMath<Tr, View>::template tf32_finish_out_of_line<kOut>(m, st, s_copy, xq_copy, u_copy);
+          });
+        }
       } else {
-        // The rare tf32 chunk runs out of line on a copy of S, so that it shapes neither the fast
-        // path's registers nor its code (with 8 consumer warps a thread has 168 registers).
-        float s_copy[kTiles][4], xq_copy[2][4];
-#pragma unroll
-        for (int j = 0; j < kTiles; ++j)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) s_copy[j][r] = S[j][r];
-        ChunkMath<Tr, View>::template tf32_chunk_out_of_line<kOut>(m, st, s_copy, xq_copy);
-#pragma unroll
-        for (int j = 0; j < kTiles; ++j)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) S[j][r] = s_copy[j][r];
-#pragma unroll
-        for (int n = 0; n < 2; ++n)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) xq[n][r] = xq_copy[n][r];
+        rare_path(S, xq, [&](float(&s_copy)[kTiles][4], float(&xq_copy)[2][4]) {
+          ChunkMath<Tr, View>::template tf32_chunk_out_of_line<kOut>(m, st, s_copy, xq_copy);
+        });
       }
     } else {
       m.template tf32_chunk<kOut>(st, S, xq);

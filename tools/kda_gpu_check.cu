@@ -3,8 +3,9 @@
 //   kda_gpu_check check      correctness: SPEC edge cases against the float64 CPU reference, the
 //                            fp32 GPU recurrence against float64 on small cases, and BENCH cases
 //                            against the fp32 GPU recurrence; outputs poisoned before each call
-//                            then decode (T = 1..8, bf16/fp32 pools, padding, speculative indices)
-//                            against the float64 CPU reference, unused slots checked byte for byte.
+//                            then decode (K = V = 128 and 64, T = 1..8, bf16/fp32 pools, padding,
+//                            speculative indices) against the float64 CPU reference, unused slots
+//                            checked byte for byte.
 //                            The gate forms of docs/spec.md ("Gate forms") throughout: the forward
 //                            with A_log absent, with allow_neg_eigval and with the softplus gate
 //                            (extreme gates included), decode with every form and extreme softplus
@@ -16,8 +17,9 @@
 //                            --ckpt I: with prefix-cache checkpoints every I tokens (the cost of them)
 //   kda_gpu_check check-ckpt the prefix-cache checkpoint checks alone (also part of check)
 //   kda_gpu_check bench-decode [--reps N] [--json FILE] [case ...]
-//                            the benchmark's decode256_32 and B = 1..256, T = 1, 4, fp32/bf16 pools, H = 32:
-//                            per-call median over rotated pools and inputs, copy floor in the same run
+//                            the benchmark's decode256_32 and B = 1..256, T = 1, 4, fp32/bf16 pools, H = 32,
+//                            then K = V = 64 rows (decode256_32_d64, ...): per-call median over
+//                            rotated pools and inputs, copy floor in the same run
 //
 //   --plans a,b,...          (any mode) the forward plans to run: auto, fused, prepared, split,
 //                            split:L (L chunks a segment); check and bench run each, sanitize too
@@ -55,7 +57,7 @@ using namespace flash_kda;
 
 namespace {
 
-constexpr int D = 128;
+constexpr int D = 128;  // K = V of the forward cases (the decode cases also run 64: DecodeCase::dim)
 
 // Extreme gates (docs/spec.md, "Gate forms"), set per sequence on value head 0 (rate 1 there) unless
 // said otherwise: with the softplus gate, kOneToken200 decays the even channels by e^-200 (fp32: 0)
@@ -82,6 +84,7 @@ struct Case {
   GateForm gate = GateForm::kSigmoid;
   bool no_A_log = false, neg_eigval = false;
   Extreme extreme = Extreme::kNone;
+  int dim = D;  // K = V
 };
 
 bool default_form(const Case& c) { return c.gate == GateForm::kSigmoid && !c.no_A_log && !c.neg_eigval; }
@@ -91,6 +94,7 @@ struct Host {  // inputs and outputs of one case on the host
   std::vector<uint16_t> q, k, v, g, beta, out;
   std::vector<float> A_log, dt_bias, s0, s1;  // states kept as fp32 values
   std::vector<int64_t> cu;
+  int64_t dim = D;  // K = V
 };
 
 std::mt19937_64& rng() {
@@ -120,7 +124,7 @@ void fill_normal(std::vector<uint16_t>& x, size_t n, float mul = 1.f, float add 
 void apply_extreme(Host& h, Extreme e) {
   if (e == Extreme::kNone) return;
   auto set_g = [&](int64_t tok, int64_t hv, int first, int step, float value) {
-    for (int c = first; c < D; c += step) h.g[(tok * h.HV + hv) * D + c] = float_to_bf16(value);
+    for (int c = first; c < h.dim; c += step) h.g[(tok * h.HV + hv) * h.dim + c] = float_to_bf16(value);
   };
   for (int64_t n = 0; n < h.N; ++n) {
     const int64_t b = h.cu.empty() ? n * h.T : h.cu[n], len = h.cu.empty() ? h.T : h.cu[n + 1] - h.cu[n];
@@ -146,6 +150,8 @@ void apply_extreme(Host& h, Extreme e) {
 
 Host make_inputs(const Case& c) {
   Host h;
+  const int64_t dim = c.dim;
+  h.dim = dim;
   h.H = c.H;
   h.HV = c.HV ? c.HV : c.H;
   if (!c.lens.empty()) {
@@ -158,28 +164,28 @@ Host make_inputs(const Case& c) {
     h.B = c.batch, h.T = c.seqlen, h.N = c.batch;
   }
   const int64_t tok = h.B * h.T;
-  fill_normal(h.q, tok * h.H * D);
-  fill_normal(h.k, tok * h.H * D);
-  fill_normal(h.v, tok * h.HV * D, c.v_scale);
-  fill_normal(h.g, tok * h.HV * D, 1.f, c.g_shift);
+  fill_normal(h.q, tok * h.H * dim);
+  fill_normal(h.k, tok * h.H * dim);
+  fill_normal(h.v, tok * h.HV * dim, c.v_scale);
+  fill_normal(h.g, tok * h.HV * dim, 1.f, c.g_shift);
   fill_normal(h.beta, tok * h.HV);
   if (c.collinear) {
     std::normal_distribution<float> nd;
-    std::vector<float> dir(h.H * D);
+    std::vector<float> dir(h.H * dim);
     for (auto& e : dir) e = nd(rng());
     for (int64_t t = 0; t < tok; ++t)
-      for (int64_t i = 0; i < h.H * D; ++i) h.k[t * h.H * D + i] = float_to_bf16(dir[i] + 0.01f * nd(rng()));
+      for (int64_t i = 0; i < h.H * dim; ++i) h.k[t * h.H * dim + i] = float_to_bf16(dir[i] + 0.01f * nd(rng()));
     for (auto& e : h.beta) e = float_to_bf16(bf16_to_float(e) + 6.f);
   }
   if (c.zero_key && tok > 0)
-    for (int i = 0; i < D; ++i) h.k[(tok / 2 * h.H) * D + i] = 0;
+    for (int i = 0; i < dim; ++i) h.k[(tok / 2 * h.H) * dim + i] = 0;
   std::uniform_real_distribution<float> u(0.f, 1.f);
   h.A_log.resize(h.HV);
-  h.dt_bias.resize(h.HV * D);
+  h.dt_bias.resize(h.HV * dim);
   for (auto& e : h.A_log) e = u(rng());
   for (auto& e : h.dt_bias) e = u(rng());
   std::normal_distribution<float> nd;
-  h.s0.resize(h.N * h.HV * D * D);
+  h.s0.resize(h.N * h.HV * dim * dim);
   for (auto& e : h.s0) e = c.v_scale * nd(rng());  // the state on the scale of v
   if (c.state == DType::kBF16)
     for (auto& e : h.s0) e = bf16_to_float(float_to_bf16(e));
@@ -952,6 +958,7 @@ struct DecodeCase {
   GateForm gate = GateForm::kSigmoid;  // the gate forms, as in Case
   bool no_A_log = false, neg_eigval = false;
   Extreme extreme = Extreme::kNone;
+  int dim = D;  // K = V: 128 or 64
 };
 
 // The pool of a decode case on the host (fp32 values; bf16 pools hold bf16-rounded values) and the
@@ -992,12 +999,13 @@ DecodeSetup make_decode_setup(const DecodeCase& dc) {
   c.HV = dc.HV;
   c.state = dc.state;
   c.extreme = dc.extreme;
+  c.dim = dc.dim;
   DecodeSetup d;
   d.h = make_inputs(c);
   const int64_t N = d.h.N, HV = d.h.HV, S = dc.S;
   d.stride = dc.stride ? dc.stride : S;
   d.pool.dtype = dc.state;
-  d.pool.per_slot = HV * D * D;
+  d.pool.per_slot = HV * dc.dim * dc.dim;
   d.pool.P = N * S + 7;
   if (dc.state == DType::kF32) {
     d.pool.f32.assign(d.pool.P * d.pool.per_slot, std::nanf(""));
@@ -1052,7 +1060,8 @@ DecodeSetup make_decode_setup(const DecodeCase& dc) {
 DecodeParams decode_params(const DecodeCase& dc, const Host& h) {
   DecodeParams p;
   p.batch = h.B, p.seqlen = h.T, p.heads = h.H, p.heads_v = h.HV;
-  p.scale = 1.f / std::sqrt(float(D));
+  p.head_dim_k = p.head_dim_v = h.dim;
+  p.scale = 1.f / std::sqrt(float(h.dim));
   p.lower_bound = -5.f;
   p.gate = dc.gate;
   p.allow_neg_eigval = dc.neg_eigval;
@@ -1074,7 +1083,7 @@ void run_decode_backend(const DecodeCase& dc, const DecodeSetup& d, Backend back
   p.backend = backend;
   pool = d.pool;
   p.pool_size = pool.P;
-  out.assign(h.B * h.T * h.HV * D, 0xffff);
+  out.assign(h.B * h.T * h.HV * h.dim, 0xffff);
   if (backend != Backend::kCuda) {
     p.q = h.q.data(), p.k = h.k.data(), p.v = h.v.data(), p.g = h.g.data(), p.beta = h.beta.data();
     p.A_log = dc.no_A_log ? nullptr : h.A_log.data(), p.dt_bias = h.dt_bias.data(), p.out = out.data();
@@ -1380,6 +1389,28 @@ std::vector<DecodeCase> decode_cases() {
   c.extreme = Extreme::kInfinite;
   add(c);
   // clang-format on
+  // K = V = 64: every case above again (gate forms, fp32/bf16 pools, padding, T = 1..8, speculative
+  // rows with accepted counts, varlen, GVA, extreme gates). The kernel-shape cases get the batches of
+  // D = 64's thresholds instead (CTAs of 2 warps, 16 rows per row a thread: 4 rows a thread from
+  // 1056 (sequence, head) pairs on 132 SMs, 2 rows from 528): 40 -> 140 and 80 -> 270 sequences.
+  struct Shape {
+    const char *from, *to;
+    int64_t batch;
+  };
+  const Shape shapes[] = {{"160 pairs", "560 pairs", 140}, {"320 pairs", "1080 pairs", 270}};
+  const size_t d128_cases = cs.size();
+  for (size_t i = 0; i < d128_cases; ++i) {
+    c = cs[i];
+    c.dim = 64;
+    for (const Shape& sh : shapes) {
+      const size_t at = c.name.find(sh.from);
+      if (at == std::string::npos) continue;
+      c.name.replace(at, std::strlen(sh.from), sh.to);
+      c.batch = sh.batch;
+    }
+    c.name = "D=64 " + c.name;
+    add(c);
+  }
   return cs;
 }
 
@@ -1397,7 +1428,7 @@ void run_decode_checks() {
     bool written = true;
     for (int64_t n = 0; n < h.N; ++n) {
       const int64_t b = h.cu.empty() ? n * h.T : h.cu[n], e = h.cu.empty() ? (n + 1) * h.T : h.cu[n + 1];
-      for (int64_t i = b * h.HV * D; i < e * h.HV * D; ++i) {
+      for (int64_t i = b * h.HV * h.dim; i < e * h.HV * h.dim; ++i) {
         if (!d.active[n]) {
           written &= out_gpu[i] == 0xffff;  // untouched
           continue;
@@ -2152,9 +2183,11 @@ int run_sanitize() {
   }
   g_plan = PlanChoice{"auto"};
   // Decode: speculative with padding (fp32, 1 row a thread), 4 rows a thread on a bf16 pool, and the
-  // gate forms' branches (the softplus gate, no A_log).
+  // gate forms' branches (the softplus gate, no A_log); K = V = 64 likewise (1 and 4 rows a thread).
   for (const char* name : {"spec S=3 padding", "320 pairs bf16 spec", "softplus spec S=3 padding bf16",
-                           "softplus e^-1e4 varlen 1/0/8/3 bf16", "A_log=None spec S=4 T=2 stride 6 bf16"}) {
+                           "softplus e^-1e4 varlen 1/0/8/3 bf16", "A_log=None spec S=4 T=2 stride 6 bf16",
+                           "D=64 spec S=3 padding", "D=64 1080 pairs bf16 spec", "D=64 softplus spec S=3 padding bf16",
+                           "D=64 A_log=None spec S=4 T=2 stride 6 bf16"}) {
     for (const DecodeCase& dc : decode_cases()) {
       if (dc.name != name) continue;
       const DecodeSetup d = make_decode_setup(dc);
@@ -2286,7 +2319,8 @@ struct DecodeBenchCase {
   int64_t B;
   int T;
   DType state;
-  int S;  // slots per sequence (> 1: speculative, one state written per token)
+  int S;        // slots per sequence (> 1: speculative, one state written per token)
+  int D = 128;  // K = V
 };
 
 // Each case runs `sets` calls (one per pool region and input set) captured in one CUDA graph, so the
@@ -2301,6 +2335,14 @@ int run_bench_decode(int reps, const char* json_path, const std::vector<std::str
         cases.push_back({"b" + std::to_string(B) + "_t" + std::to_string(T) + "_" + dtype_name(st), B, T, st, 1});
   cases.push_back({"spec_b64_t4_fp32", 64, 4, DType::kF32, 4});
   cases.push_back({"spec_b256_t4_bf16", 256, 4, DType::kBF16, 4});
+  // K = V = 64: decode256_32's shape (a quarter of its bytes), the same 512 MB of fp32 state as
+  // decode256_32 (B = 1024), T = 4 and bf16 pools, and a speculative step.
+  cases.push_back({"decode256_32_d64", 256, 1, DType::kF32, 1, 64});
+  cases.push_back({"b1024_t1_fp32_d64", 1024, 1, DType::kF32, 1, 64});
+  cases.push_back({"b256_t4_fp32_d64", 256, 4, DType::kF32, 1, 64});
+  cases.push_back({"b256_t1_bf16_d64", 256, 1, DType::kBF16, 1, 64});
+  cases.push_back({"b256_t4_bf16_d64", 256, 4, DType::kBF16, 1, 64});
+  cases.push_back({"spec_b256_t4_d64", 256, 4, DType::kBF16, 4, 64});
 
   FILE* js = json_path ? std::fopen(json_path, "w") : nullptr;
   if (js) std::fprintf(js, "[\n");
@@ -2313,7 +2355,7 @@ int run_bench_decode(int reps, const char* json_path, const std::vector<std::str
   CUDA_OK(cudaEventCreate(&e1));
   for (const DecodeBenchCase& bc : cases) {
     if (!only.empty() && std::find(only.begin(), only.end(), bc.id) == only.end()) continue;
-    const int64_t B = bc.B, T = bc.T, S = bc.S;
+    const int64_t B = bc.B, T = bc.T, S = bc.S, D = bc.D;  // (D: the case's, not the forward's)
     const int64_t elem = bc.state == DType::kF32 ? 4 : 2;
     const int64_t slot_bytes = H * D * D * elem;
     const int64_t state_writes = S == 1 ? 1 : T;
@@ -2364,6 +2406,7 @@ int run_bench_decode(int reps, const char* json_path, const std::vector<std::str
     auto params = [&](int i) {
       DecodeParams p;
       p.batch = B, p.seqlen = T, p.heads = H;
+      p.head_dim_k = p.head_dim_v = D;
       p.q = q + i * act, p.k = k + i * act, p.v = v + i * act, p.g = g + i * act, p.beta = beta + i * B * T * H;
       p.out = out + i * act;
       p.A_log = dA, p.dt_bias = ddt;
@@ -2421,16 +2464,17 @@ int run_bench_decode(int reps, const char* json_path, const std::vector<std::str
     const float mo = median(t_ours), mc = median(t_copy);
     std::sort(t_ours.begin(), t_ours.end());
     std::printf("%-18s %5d %6.1f %10.4f %10.4f %8.2f %9.0f%s\n", bc.id.c_str(), sets, bytes / 1e6, mo, mc, mo / mc,
-                bytes / (mo * 1e6), bc.id == "decode256_32" ? "   (goal <= 1.2)" : "");
+                bytes / (mo * 1e6), bc.id.rfind("decode256_32", 0) == 0 ? "   (goal <= 1.2)" : "");
     std::fflush(stdout);
     if (js) {
-      std::fprintf(
-          js,
-          "%s  {\"case\": \"%s\", \"B\": %lld, \"T\": %d, \"H\": %d, \"state\": \"%s\", \"slots_per_seq\": %d, "
-          "\"bytes\": %.0f, \"sets\": %d, \"ours_ms_median\": %.5f, \"ours_ms_p10\": %.5f, "
-          "\"ours_ms_p90\": %.5f, \"copy_ms_median\": %.5f, \"floor_ratio\": %.4f, \"reps\": %d}",
-          first ? "" : ",\n", bc.id.c_str(), static_cast<long long>(B), bc.T, H, dtype_name(bc.state), bc.S, bytes,
-          sets, mo, t_ours[t_ours.size() / 10], t_ours[t_ours.size() * 9 / 10], mc, mo / mc, reps);
+      std::fprintf(js,
+                   "%s  {\"case\": \"%s\", \"B\": %lld, \"T\": %d, \"H\": %d, \"D\": %d, \"state\": \"%s\", "
+                   "\"slots_per_seq\": %d, "
+                   "\"bytes\": %.0f, \"sets\": %d, \"ours_ms_median\": %.5f, \"ours_ms_p10\": %.5f, "
+                   "\"ours_ms_p90\": %.5f, \"copy_ms_median\": %.5f, \"floor_ratio\": %.4f, \"reps\": %d}",
+                   first ? "" : ",\n", bc.id.c_str(), static_cast<long long>(B), bc.T, H, bc.D, dtype_name(bc.state),
+                   bc.S, bytes, sets, mo, t_ours[t_ours.size() / 10], t_ours[t_ours.size() * 9 / 10], mc, mo / mc,
+                   reps);
       first = false;
     }
     CUDA_OK(cudaGraphExecDestroy(ours));

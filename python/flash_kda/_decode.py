@@ -52,7 +52,8 @@ def decode(
     negative write slot skips that one write. Active sequences must use distinct slots.
 
     ``backend`` as for fwd. Errors as for fwd (TypeError / ValueError naming the argument, raised
-    before anything is written). The contents of ``state_indices`` / ``num_accepted_tokens`` (slot
+    before anything is written); on CUDA the head dimensions are K = V = 128 or K = V = 64 (others:
+    NotImplementedError). The contents of ``state_indices`` / ``num_accepted_tokens`` (slot
     < P, distinct slots, 1 <= accepted <= S) are checked by the CPU backends before anything is
     written; on CUDA they are not checked on the host (no synchronisation, CUDA-graph capturable):
     the kernel treats an out-of-range read slot as padding and skips an out-of-range write slot, and

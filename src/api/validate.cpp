@@ -371,9 +371,9 @@ Status copy_and_check_checkpoints(const FwdParams& p, HostIndices& idx) {
   return Status::Ok();
 }
 
-// Sizes, scalars, activations, A_log / dt_bias and cu_seqlens: what the forward and decode share.
-// `p` is normalised.
-Status check_problem(const ProblemParams& p, bool data_free) {
+// Sizes, scalars, activations, A_log / dt_bias and cu_seqlens: what the forward and decode share
+// (`decode`: the call is a decode, whose CUDA kernel takes more head dimensions). `p` is normalised.
+Status check_problem(const ProblemParams& p, bool data_free, bool decode) {
   const bool on_cuda = p.backend == Backend::kCuda;
   if (p.backend != Backend::kCuda && p.backend != Backend::kCpu && p.backend != Backend::kCpuReference)
     return invalid("backend: unknown value");
@@ -390,7 +390,11 @@ Status check_problem(const ProblemParams& p, bool data_free) {
     return invalid(cat("q: head dimension K must be in [1, 256] (got ", p.head_dim_k, ")"));
   if (p.head_dim_v < 1 || p.head_dim_v > 256)
     return invalid(cat("v: head dimension V must be in [1, 256] (got ", p.head_dim_v, ")"));
-  if (on_cuda && (p.head_dim_k != 128 || p.head_dim_v != 128))
+  // The CUDA kernels' head dimensions: K = V = 128 for the forward, K = V = 128 or 64 for the decode.
+  if (on_cuda && decode && !(p.head_dim_k == p.head_dim_v && (p.head_dim_k == 128 || p.head_dim_k == 64)))
+    return {StatusCode::kUnsupported, cat("q: the CUDA decode supports K = V = 128 or K = V = 64 (got K=", p.head_dim_k,
+                                          ", V=", p.head_dim_v, ")")};
+  if (on_cuda && !decode && (p.head_dim_k != 128 || p.head_dim_v != 128))
     return {StatusCode::kUnsupported,
             cat("q: the CUDA backend supports K = V = 128 (got K=", p.head_dim_k, ", V=", p.head_dim_v, ")")};
 
@@ -537,7 +541,7 @@ SeqSlots sequence_slots(const HostIndices& idx, int64_t n) {
 
 Status check(const FwdParams& p, HostIndices* out_idx, bool data_free) {
   const bool on_cuda = p.backend == Backend::kCuda;
-  FLASH_KDA_RETURN_IF_ERROR(check_problem(p, data_free));
+  FLASH_KDA_RETURN_IF_ERROR(check_problem(p, data_free, false));
   const int64_t HV = p.heads_v, N = num_sequences(p);
 
   // ---- states ----
@@ -621,7 +625,7 @@ Status check(const FwdParams& p, HostIndices* out_idx, bool data_free) {
 
 Status check(const DecodeParams& p, HostIndices* out_idx, bool data_free) {
   const bool on_cuda = p.backend == Backend::kCuda;
-  FLASH_KDA_RETURN_IF_ERROR(check_problem(p, data_free));
+  FLASH_KDA_RETURN_IF_ERROR(check_problem(p, data_free, true));
   if (!p.cu_seqlens && p.seqlen > kMaxDecodeTokens)
     return invalid(cat("q: decode takes at most ", kMaxDecodeTokens, " tokens per sequence (got T=", p.seqlen,
                        "); use fwd for longer sequences"));

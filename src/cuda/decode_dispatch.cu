@@ -8,13 +8,26 @@ namespace flash_kda::cuda {
 
 namespace {
 
-template <typename StateT>
+template <typename StateT, int kHeadDim, int kRowsPerThread>
+cudaError_t launch_rows(const sm90::KdaDecodeArgs& a, int64_t pairs, cudaStream_t stream) {
+  constexpr int64_t kSlices = sm90::KdaDecodeTraits<StateT, kHeadDim, kRowsPerThread>::kSlices;
+  return sm90::launch_kda_decode<StateT, kHeadDim, kRowsPerThread>(a, pairs * kSlices, stream);
+}
+
+template <typename StateT, int kHeadDim>
 cudaError_t launch(const sm90::KdaDecodeArgs& a, int64_t pairs, int rows_per_thread, cudaStream_t stream) {
   switch (rows_per_thread) {
-    case 4: return sm90::launch_kda_decode<StateT, 4>(a, pairs * 2, stream);
-    case 2: return sm90::launch_kda_decode<StateT, 2>(a, pairs * 4, stream);
-    default: return sm90::launch_kda_decode<StateT, 1>(a, pairs * 8, stream);
+    case 4: return launch_rows<StateT, kHeadDim, 4>(a, pairs, stream);
+    case 2: return launch_rows<StateT, kHeadDim, 2>(a, pairs, stream);
+    default: return launch_rows<StateT, kHeadDim, 1>(a, pairs, stream);
   }
+}
+
+template <int kHeadDim>
+cudaError_t launch_dim(const sm90::KdaDecodeArgs& a, DType state, int64_t pairs, int rows_per_thread,
+                       cudaStream_t stream) {
+  return state == DType::kF32 ? launch<float, kHeadDim>(a, pairs, rows_per_thread, stream)
+                              : launch<__nv_bfloat16, kHeadDim>(a, pairs, rows_per_thread, stream);
 }
 
 }  // namespace
@@ -46,17 +59,21 @@ Status decode(const DecodeParams& p, cudaStream_t stream) {
   a.beta_scale = p.allow_neg_eigval ? 2.0f : 1.0f;
   a.cu_seqlens_i64 = p.cu_seqlens_dtype == DType::kI64;
 
-  // Rows of S per thread: as many as keep at least ~4 CTAs per SM in the grid (4 rows: 2 CTAs per
-  // (sequence, head), ~128 registers, 4 CTAs resident per SM); fewer rows per thread split a head
-  // over more CTAs when the batch alone cannot fill the GPU (B=1, H=32: 32 heads × 8 slices).
-  const int64_t pairs = N * HV;
+  // Rows of S per thread: as many as keep at least ~16 warps per SM in the grid (4 rows: ~128
+  // registers, 16 resident warps per SM: D = 128, 2 CTAs of 4 warps per (sequence, head) and 4 CTAs
+  // per SM; D = 64, 1 CTA of 2 warps and 8 per SM); fewer rows per thread split a head over more CTAs
+  // when the batch alone cannot fill the GPU (B=1, H=32, D = 128: 32 heads × 8 slices). A CTA has
+  // D threads and owns 16 rows per row a thread: D / (16 r) CTAs per head, of D / 32 warps each.
+  const int64_t D = p.head_dim_k, pairs = N * HV;
   int rows_per_thread = 4;
-  while (rows_per_thread > 1 && pairs * (8 / rows_per_thread) < 4 * int64_t(sm_count)) rows_per_thread /= 2;
-  if (pairs * (8 / rows_per_thread) > INT32_MAX)
+  auto ctas = [&](int r) { return pairs * (D / (16 * r)); };
+  while (rows_per_thread > 1 && ctas(rows_per_thread) * (D / 32) < 16 * int64_t(sm_count)) rows_per_thread /= 2;
+  if (ctas(rows_per_thread) > INT32_MAX)
     return {StatusCode::kUnsupported, "q: too many (sequence, head) pairs for one launch"};
 
-  const cudaError_t e = p.state_dtype == DType::kF32 ? launch<float>(a, pairs, rows_per_thread, stream)
-                                                     : launch<__nv_bfloat16>(a, pairs, rows_per_thread, stream);
+  // validate() admits K = V = 128 and 64 for the CUDA decode.
+  const cudaError_t e = D == 64 ? launch_dim<64>(a, p.state_dtype, pairs, rows_per_thread, stream)
+                                : launch_dim<128>(a, p.state_dtype, pairs, rows_per_thread, stream);
   if (e != cudaSuccess) return cuda_error("kernel launch", e);
   return Status::Ok();
 }

@@ -760,7 +760,8 @@ TEST_F(Decode, UnusedIndicesAreNotChecked) {
 }
 
 // The CUDA backend cannot read device memory on the host: validate() leaves slot contents to the
-// kernel (which treats out-of-range slots as padding) and asks for 16-byte aligned pools and K = 128.
+// kernel (which treats out-of-range slots as padding) and asks for 16-byte aligned pools and K = V =
+// 128 or 64.
 TEST_F(Decode, CudaValidationIsHostSideOnly) {
   Config cfg = Fixture::config();
   cfg.head_dim_k = cfg.head_dim_v = 128;
@@ -782,6 +783,51 @@ TEST_F(Decode, CudaValidationIsHostSideOnly) {
   s = validate(bad);
   EXPECT_EQ(s.code, StatusCode::kUnsupported);
   EXPECT_EQ(s.message.rfind("q:", 0), 0u) << s.message;
+}
+
+// The CUDA decode runs K = V = 128 and K = V = 64 (the CUDA forward K = V = 128 only:
+// test_validation.cpp): validate() accepts both on every decode path (fp32 and bf16 pools, padding
+// slots, speculative rows with num_accepted_tokens, cu_seqlens) and rejects every other head
+// dimension, K != V included, as kUnsupported naming q. Nothing is read from the (host) buffers.
+TEST_F(Decode, CudaHeadDimensions) {
+  for (int64_t dim : {128, 64})
+    for (DType state : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE("K = V = " + std::to_string(dim) + ", " + dtype_name(state) + " pool");
+      Config cfg = Fixture::config();
+      cfg.head_dim_k = cfg.head_dim_v = dim;
+      cfg.seqlen = 4;
+      cfg.state_dtype = state;
+      const Problem pb(cfg, rng_);
+      std::vector<uint16_t> out(size_t(pb.out_count()));
+      const int64_t P = 16;
+      StateBuffer pool(state, size_t(P * slot_elems(pb)));
+      // One slot per sequence, or speculative rows [3, 4]; sequence 1 is padding either way.
+      const std::vector<int32_t> slots = {3, -1, 7};
+      const std::vector<int32_t> rows = {0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12};
+      const std::vector<int32_t> accepted = {4, 0, 2};
+      const DecodeParams plain = decode_params(pb, Backend::kCuda, out.data(), pool, P, slots.data());
+      Status s = validate(plain);
+      EXPECT_TRUE(s.ok()) << s.message;
+      const DecodeParams spec = decode_params(pb, Backend::kCuda, out.data(), pool, P, rows.data(), 4, accepted.data());
+      s = validate(spec);
+      EXPECT_TRUE(s.ok()) << s.message;
+      Config varlen_cfg = cfg;
+      varlen_cfg.seq_lens = {1, 0, 8};
+      const Problem varlen(varlen_cfg, rng_);
+      std::vector<uint16_t> varlen_out(size_t(varlen.out_count()));
+      s = validate(decode_params(varlen, Backend::kCuda, varlen_out.data(), pool, P, slots.data()));
+      EXPECT_TRUE(s.ok()) << s.message;
+      for (auto [k, v] : {std::pair<int64_t, int64_t>{dim, dim / 2}, {dim / 2, dim}, {32, 32}, {96, 96}, {256, 256}}) {
+        DecodeParams bad = plain;
+        bad.head_dim_k = k;
+        bad.head_dim_v = v;
+        bad.q_strides = bad.k_strides = bad.v_strides = bad.g_strides = bad.out_strides = ActStrides{};
+        fill_contiguous_strides(bad);
+        s = validate(bad);
+        EXPECT_EQ(s.code, StatusCode::kUnsupported) << "K=" << k << " V=" << v << ": " << s.message;
+        EXPECT_EQ(s.message.rfind("q: the CUDA decode supports K = V = 128 or K = V = 64", 0), 0u) << s.message;
+      }
+    }
 }
 
 }  // namespace

@@ -237,6 +237,13 @@ TEST_F(ValidateDirectly, RejectsWhatTheKernelsCannotDo) {
   FwdParams p = good;
   p.head_dim_k = 64;
   expect_invalid(p, StatusCode::kUnsupported, "q");
+  // K = V = 64 runs on the CUDA decode (test_decode.cpp, CudaHeadDimensions), not on the CUDA forward.
+  p = good;
+  p.head_dim_k = p.head_dim_v = 64;
+  p.q_strides = p.k_strides = p.v_strides = p.g_strides = p.out_strides = p.beta_strides = ActStrides{};
+  fill_contiguous_strides(p);
+  expect_invalid(p, StatusCode::kUnsupported, "q");
+  EXPECT_NE(validate(p).message.find("supports K = V = 128 ("), std::string::npos) << validate(p).message;
   p = good;
   p.q = static_cast<const uint16_t*>(p.q) + 1;
   expect_invalid(p, StatusCode::kInvalidArgument, "q");

@@ -23,21 +23,22 @@ H, HV, K, V = 2, 2, 128, 128
 needs_cuda = cuda[1]  # skipif: needs torch with CUDA and a CUDA build on an sm_90 GPU
 
 
-def _pool(rng, P, dtype=np.float32):
-    return rng.standard_normal((P, HV, V, K), dtype=np.float32).astype(dtype)
+def _pool(rng, P, dtype=np.float32, dim=K):
+    return rng.standard_normal((P, HV, dim, dim), dtype=np.float32).astype(dtype)
 
 
-# (id, builder) -> the NumPy problem plus state, state_indices, num_accepted_tokens
-def _plain(rng):
-    x = make_problem(rng, B=4, T=3, H=H, HV=HV)
-    x.update(state=_pool(rng, 7), state_indices=np.array([5, -1, 0, 3], np.int32), num_accepted_tokens=None)
+# (id, builder) -> the NumPy problem plus state, state_indices, num_accepted_tokens; `dim`: K = V
+def _plain(rng, dim=K):
+    x = make_problem(rng, B=4, T=3, H=H, HV=HV, K=dim, V=dim)
+    x.update(state=_pool(rng, 7, dim=dim), state_indices=np.array([5, -1, 0, 3], np.int32),
+             num_accepted_tokens=None)
     return x
 
 
-def _speculative(rng):
-    x = make_problem(rng, B=3, T=3, H=H, HV=HV)
+def _speculative(rng, dim=K):
+    x = make_problem(rng, B=3, T=3, H=H, HV=HV, K=dim, V=dim)
     idx = np.array([[0, 1, 2, -1], [3, 4, 5, 6], [7, 8, 9, 10]], np.int32)
-    x.update(state=_pool(rng, 12), state_indices=idx,
+    x.update(state=_pool(rng, 12, dim=dim), state_indices=idx,
              num_accepted_tokens=np.array([2, 0, 4], np.int32))  # sequence 1 is padding
     return x
 
@@ -54,7 +55,15 @@ def _bf16_pool(rng):
     return x
 
 
-PROBLEMS = {"plain": _plain, "speculative": _speculative, "varlen": _varlen, "bf16-pool": _bf16_pool}
+def _speculative_bf16_d64(rng):
+    x = _speculative(rng, dim=64)
+    x["state"] = x["state"].astype(x["q"].dtype)
+    return x
+
+
+# K = V = 64: the CUDA decode's second head dimension (the CUDA forward runs 128 only).
+PROBLEMS = {"plain": _plain, "speculative": _speculative, "varlen": _varlen, "bf16-pool": _bf16_pool,
+            "plain-d64": lambda rng: _plain(rng, dim=64), "speculative-bf16-d64": _speculative_bf16_d64}
 
 
 def _decode(t, **overrides):
@@ -92,7 +101,8 @@ def test_operator_matches_decode(rng, problem):
     torch.ops.flash_kda.decode(*_op_args(u))
     for a in (t, u):
         assert _same(a["out"], x["out"]) and _same(a["state"], x["state"])
-    padding_rows = {"plain": (1,), "speculative": (1,), "varlen": (0, slice(1, 9)), "bf16-pool": (1,)}
+    padding_rows = {"plain": (1,), "speculative": (1,), "varlen": (0, slice(1, 9)), "bf16-pool": (1,),
+                    "plain-d64": (1,), "speculative-bf16-d64": (1,)}
     assert torch.isnan(u["out"][padding_rows[problem]].float()).all()
 
 
@@ -127,6 +137,36 @@ def test_fake_tensors_give_errors(rng, device):
             _decode(t, state_indices=t["state_indices"][:, :2], num_accepted_tokens=None)
         with pytest.raises(ValueError, match=r"^state: on device meta"):
             _decode(t, state=torch.empty(t["state"].shape, device="meta"))
+
+
+def test_fake_cuda_tensors_head_dimensions(rng):
+    """Fake CUDA tensors (no GPU needed): the CUDA decode takes K = V = 128 and K = V = 64 (fp32 and
+    bf16 pools, speculative rows), the CUDA forward K = V = 128 only; other head dimensions are
+    NotImplementedError naming q."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def fake(x):
+        return {n: (torch.empty_like(a, device="cuda") if isinstance(a, torch.Tensor) else a)
+                for n, a in to_torch(x).items()}
+
+    decodes = [_plain(rng), _speculative(rng), _plain(rng, 64), _speculative(rng, 64),
+               _speculative_bf16_d64(rng)]
+    unsupported = [_plain(rng, 32), _speculative(rng, 96)]
+    fwd64 = make_problem(rng, B=1, T=40, H=H, K=64, V=64, state="fp32")
+    with FakeTensorMode(allow_non_fake_inputs=False):
+        for t in map(fake, decodes):
+            _decode(t)
+            torch.ops.flash_kda.decode(*_op_args(t))
+        unsupported_message = r"^q: the CUDA decode supports K = V = 128 or K = V = 64 \(got K="
+        for t in map(fake, unsupported):
+            with pytest.raises(NotImplementedError, match=unsupported_message):
+                _decode(t)
+            with pytest.raises(NotImplementedError, match=unsupported_message):
+                torch.ops.flash_kda.decode(*_op_args(t))
+        t = fake(fwd64)
+        with pytest.raises(NotImplementedError, match=r"^q: the CUDA backend supports K = V = 128 \("):
+            flash_kda.fwd(t["q"], t["k"], t["v"], t["g"], t["beta"], t["scale"], t["out"], t["A_log"],
+                          t["dt_bias"], t["lower_bound"], t["initial_state"], t["final_state"])
 
 
 def test_meta_tensors(rng):

@@ -1,30 +1,34 @@
-// The sm_90a decode kernel: 1..8 tokens per sequence on a state pool (docs/serving.md).
+// The sm_90a decode kernel: 1..8 tokens per sequence on a state pool (docs/serving.md), for head
+// dimensions K = V = D = 128 and 64.
 //
-// Decode is memory-bound: per (sequence, value head) and step the 128×128 state is read once and
-// written once (fp32: 64 KB each way; bf16: 32 KB) while the inputs are ~1 KB. The kernel therefore
+// Decode is memory-bound: per (sequence, value head) and step the D×D state is read once and written
+// once (D = 128, fp32: 64 KB each way; bf16: 32 KB) while the inputs are ~1 KB. The kernel therefore
 // streams the state through once: one bulk copy (TMA) of the CTA's rows — contiguous in the pool —
 // into shared memory, issued by one thread before anything else so that it is in flight while the
 // CTA prepares the token vectors; then registers; then 16-byte streaming stores straight from the
-// registers, each warp instruction covering whole 128-byte lines. Loading through the bulk copy
-// rather than into registers keeps no register busy while the load is in flight: with register loads
-// overlapping the preparation, 4 rows a thread needed 160 registers (3 CTAs an SM) or spilled.
+// registers. Loading through the bulk copy rather than into registers keeps no register busy while
+// the load is in flight: with register loads overlapping the preparation, 4 rows a thread needed 160
+// registers (3 CTAs an SM) or spilled.
 //
-// Work unit (one CTA of 128 threads): (sequence, value head, slice of kRows state rows). Within a
-// warp, 8 lanes share a row — lane l8 holds the 16 columns {j·8·kVec + l8·kVec + e} of it, so the 8
-// lanes' 16-byte accesses of chunk j cover 128 contiguous bytes — and the warp's 4 row groups take
-// kRowsPerThread rows each. Per token, with q_tilde = scale · q_hat and S_a = S · Diag(alpha):
+// Work unit (one CTA of D threads): (sequence, value head, slice of kRows = 16·kRowsPerThread state
+// rows). Within a warp, D/16 lanes share a row — lane lr holds the 16 columns {j·(D/16)·kVec + lr·kVec
+// + e} of it, so the lanes' 16-byte accesses of chunk j cover D contiguous bytes (D = 128: whole
+// 128-byte lines; D = 64: half lines, whole 32-byte sectors) — and the warp's row groups take
+// kRowsPerThread rows each. Every thread thus holds 16·kRowsPerThread state values and does the same
+// work for either D; D = 64 halves the CTA (2 warps) and the lanes of a row (one butterfly round
+// fewer). Per token, with q_tilde = scale · q_hat and S_a = S · Diag(alpha):
 //
 //   one pass over the registers:   S_a = S ⊙ alpha,   pk = S_a k_hat,   pq = S_a q_tilde
-//   8-lane butterfly sums of pk, pq; delta = beta (v − pk); out = pq + delta (k_hat · q_tilde)
+//   butterfly sums of pk, pq over a row's lanes; delta = beta (v − pk); out = pq + delta (k_hat · q_tilde)
 //   second pass:                   S = S_a + delta k_hatᵀ
 //
 // which is the recurrence of docs/spec.md in exact arithmetic, with one reduction round a token. The
 // per-token vectors (k_hat, q_tilde, alpha, v, beta, k_hat · q_tilde) are prepared once per CTA in
-// shared memory, one warp per token, while the state loads are in flight. Every gate form of
-// docs/spec.md ("Gate forms") is computed there, per token: alpha = exp(a) of the sigmoid gate (with
-// A_log, or at rate 1 without) or of the softplus gate (no floor; factors below 1e-30 flushed to 0),
-// and beta = sigmoid(logit) or, with allow_neg_eigval, 2 sigmoid(logit). The token loop is the same
-// for all of them.
+// shared memory, D/4 lanes per token (4 channels a lane: a warp per token at D = 128, a half-warp at
+// D = 64), while the state loads are in flight. Every gate form of docs/spec.md ("Gate forms") is
+// computed there, per token: alpha = exp(a) of the sigmoid gate (with A_log, or at rate 1 without)
+// or of the softplus gate (no floor; factors below 1e-30 flushed to 0), and beta = sigmoid(logit)
+// or, with allow_neg_eigval, 2 sigmoid(logit). The token loop is the same for all of them.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -41,8 +45,8 @@ struct KdaDecodeArgs {
   const uint16_t *q, *k, *v, *g, *beta;                         // bf16
   uint16_t* out;                                                // bf16
   const float* A_log;                                           // [HV]; nullptr: rate 1 (sigmoid gate only)
-  const float* dt_bias;                                         // [HV * 128]
-  void* state;                                                  // pool [pool_size, HV, 128, 128], bf16 or fp32
+  const float* dt_bias;                                         // [HV * D]
+  void* state;                                                  // pool [pool_size, HV, D, D], bf16 or fp32
   const int32_t* state_indices;                                 // [N, indices_stride]
   const int32_t* num_accepted;                                  // [N] or nullptr
   const void* cu_seqlens;                                       // [N + 1] or nullptr
@@ -60,32 +64,40 @@ struct KdaDecodeArgs {
   bool cu_seqlens_i64;
 };
 
-// Compile-time shape of the kernel: StateT is float or __nv_bfloat16, kRowsPerThread 1, 2, 4 or 8.
-template <typename StateT, int kRowsPerThread>
+// Compile-time shape of the kernel: StateT is float or __nv_bfloat16, kHeadDim (K = V) 128 or 64,
+// kRowsPerThread 1, 2 or 4.
+template <typename StateT, int kHeadDim, int kRowsPerThread>
 struct KdaDecodeTraits {
   using State = StateT;
-  static constexpr int kDim = 128;      // K = V
-  static constexpr int kMaxTokens = 8;  // kMaxDecodeTokens
-  static constexpr int kThreads = 128;
+  static constexpr int kDim = kHeadDim;              // K = V
+  static constexpr int kMaxTokens = 8;               // kMaxDecodeTokens
+  static constexpr int kCols = 16;                   // columns a lane holds per row (for either D)
+  static constexpr int kLanesPerRow = kDim / kCols;  // lanes sharing one row of S: 8 (D = 128), 4 (D = 64)
+  static constexpr int kThreads = kDim;              // the CTA: 4 warps (D = 128), 2 (D = 64)
   static constexpr int kWarps = kThreads / 32;
-  static constexpr int kLanesPerRow = 8;  // lanes sharing one row of S
   static constexpr int kRowGroups = 32 / kLanesPerRow;
   static constexpr int kRowsPerThread_ = kRowsPerThread;
-  static constexpr int kRows = kWarps * kRowGroups * kRowsPerThread;      // rows of S a CTA owns
+  static constexpr int kRows = kWarps * kRowGroups * kRowsPerThread;      // rows of S a CTA owns: 16·kRowsPerThread
   static constexpr int kSlices = kDim / kRows;                            // CTAs per (sequence, head)
-  static constexpr int kCols = kDim / kLanesPerRow;                       // columns a lane holds per row: 16
   static constexpr int kVec = 16 / int(sizeof(StateT));                   // state elements per 16 bytes
   static constexpr int kChunks = kCols / kVec;                            // 16-byte accesses per row a lane
   static constexpr int kSliceBytes = kRows * kDim * int(sizeof(StateT));  // one bulk copy
-  // CTAs per SM the register allocation must allow: 4 rows a thread fit 128 registers (4 CTAs, 16
-  // warps, 128 KB of fp32 state in flight per SM; shared memory allows 4 as well).
-  static constexpr int kMinBlocks = kRowsPerThread >= 4 ? 4 : kRowsPerThread == 2 ? 5 : 6;
+  // Lanes preparing one token's vectors (4 channels each): a warp (D = 128) or a half-warp (D = 64).
+  static constexpr int kTokenLanes = kDim / 4;
+  static constexpr int kTokensPerWarp = 32 / kTokenLanes;
+  // CTAs per SM the register allocation must allow: 4 rows a thread fit 128 registers (D = 128: 4
+  // CTAs, 16 warps, 128 KB of fp32 state in flight per SM; shared memory allows 4 as well). D = 64
+  // keeps the registers per thread, the 16 warps and the 128 KB per SM with twice the CTAs (8 of
+  // ~26 KB of shared memory fit as well).
+  static constexpr int kMinBlocks = (kRowsPerThread >= 4 ? 4 : kRowsPerThread == 2 ? 5 : 6) * 128 / kThreads;
+  static_assert(kDim == 128 || kDim == 64, "the decode kernel is built for K = V = 128 and 64");
   static_assert(kDim % kRows == 0, "the rows of S must split evenly over the CTAs of a head");
   static_assert(kRows % 8 == 0, "out is written in 16-byte pieces of 8 rows");
   static_assert(kMaxTokens * kRows / 8 <= kThreads, "one thread per 16-byte piece of out");
+  static_assert(kMaxTokens <= kThreads, "one thread per token's write slot");
 
-  // Column of element e of chunk j in lane l8's part of a row.
-  static __device__ __forceinline__ int column(int l8, int j, int e) { return j * kLanesPerRow * kVec + l8 * kVec + e; }
+  // Column of element e of chunk j in lane lr's part of a row.
+  static __device__ __forceinline__ int column(int lr, int j, int e) { return j * kLanesPerRow * kVec + lr * kVec + e; }
 };
 
 namespace decode_detail {
@@ -110,9 +122,11 @@ __device__ __forceinline__ float softplus_decay(float rate, float x) {
   return f < 1e-30f ? 0.0f : f;
 }
 
-__device__ __forceinline__ float warp_sum(float x) {
+// The sum over each aligned group of kLanes lanes (32: the whole warp), on every lane of the group.
+template <int kLanes>
+__device__ __forceinline__ float lane_group_sum(float x) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  for (int o = kLanes / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;
 }
 
@@ -178,7 +192,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   const int pair = int(blockIdx.x / Tr::kSlices);
   const int hv = pair % a.heads_v, n = pair / a.heads_v, h = hv / a.group;
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
-  const int l8 = lane % Tr::kLanesPerRow, row_group = lane / Tr::kLanesPerRow;
+  const int lr = lane % Tr::kLanesPerRow, row_group = lane / Tr::kLanesPerRow;
 
   // ---- the sequence: its tokens and slots. Every value here is the same for the whole CTA, so the
   // early returns are uniform. Contents the host could not check are clamped or treated as padding,
@@ -209,8 +223,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     if (accepted < 1 || accepted > a.slots_per_seq) return;  // padding (or invalid): nothing written
     read_column = accepted - 1;
   }
-  const int64_t read_slot = indices[read_column];
-  if (read_slot < 0 || read_slot >= a.pool_size) return;  // padding sequence
+  const int32_t read_index = indices[read_column];
+  if (read_index < 0 || read_index >= a.pool_size) return;  // padding sequence
+  // Non-negative from here on: zero-extended, its 64-bit products need no register for a sign word.
+  const uint32_t read_slot = uint32_t(read_index);
 
   // ---- one bulk copy of this CTA's rows of S (in flight during the preparation below) ----
   State* const pool = static_cast<State*>(a.state);
@@ -218,23 +234,29 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   if (tid == 0) {
     mbarrier_init(&sm.state_loaded, 1);
     mbarrier_arrive_expect_tx(&sm.state_loaded, Tr::kSliceBytes);
-    bulk_copy_g2s(&sm.state[0][0], pool + read_slot * a.heads_v * D * D + head_offset, Tr::kSliceBytes,
+    bulk_copy_g2s(&sm.state[0][0], pool + int64_t(read_slot) * a.heads_v * D * D + head_offset, Tr::kSliceBytes,
                   &sm.state_loaded);
   }
 
-  // ---- per-token vectors, one warp per token ----
+  // ---- per-token vectors, kTokenLanes lanes per token (a warp at D = 128, a half-warp at D = 64) ----
   // The gate form is the same for the whole grid: the branches below are uniform, and the default
   // form (sigmoid with A_log) computes exactly what it did before the other forms existed.
   const float gate_rate = a.softplus_gate ? expf(a.A_log[hv]) : a.A_log ? __expf(a.A_log[hv]) : 1.0f;
-  for (int t = warp; t < length; t += Tr::kWarps) {
-    const int64_t token = begin + t;
-    const int c0 = 4 * lane;  // this lane's 4 channels
+  constexpr int kTokenLanes = Tr::kTokenLanes, kTokensPerWarp = Tr::kTokensPerWarp;
+  const int tl = lane % kTokenLanes;  // this lane within its token's group
+  // Every lane of a warp takes part in each pass (the sums shuffle over the full mask); a group past
+  // the last token repeats the pass's first token and stores nothing.
+  for (int t0 = warp * kTokensPerWarp; t0 < length; t0 += Tr::kWarps * kTokensPerWarp) {
+    const int t = t0 + lane / kTokenLanes;
+    const bool live = t < length;
+    const int64_t token = begin + (live ? t : t0);
+    const int c0 = 4 * tl;  // this lane's 4 channels
     float q[4], k[4], g[4];
     load_bf16x4(a.q + batch_row * a.q_s[0] + token * a.q_s[1] + h * a.q_s[2] + c0, q);
     load_bf16x4(a.k + batch_row * a.k_s[0] + token * a.k_s[1] + h * a.k_s[2] + c0, k);
     load_bf16x4(a.g + batch_row * a.g_s[0] + token * a.g_s[1] + hv * a.g_s[2] + c0, g);
     const uint16_t* v_row = a.v + batch_row * a.v_s[0] + token * a.v_s[1] + hv * a.v_s[2] + slice * Tr::kRows;
-    for (int r = 4 * lane; r < Tr::kRows; r += 128) {
+    for (int r = 4 * tl; r < Tr::kRows && live; r += 4 * kTokenLanes) {
       float v4[4];
       load_bf16x4(v_row + r, v4);
 #pragma unroll
@@ -244,8 +266,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 #pragma unroll
     for (int e = 0; e < 4; ++e) qq += q[e] * q[e], kk += k[e] * k[e];
     // The eps inside the root, as docs/spec.md: an all-zero key stays zero.
-    const float q_factor = a.scale * rsqrtf(warp_sum(qq) + 1e-6f);
-    const float k_factor = rsqrtf(warp_sum(kk) + 1e-6f);
+    const float q_factor = a.scale * rsqrtf(lane_group_sum<kTokenLanes>(qq) + 1e-6f);
+    const float k_factor = rsqrtf(lane_group_sum<kTokenLanes>(kk) + 1e-6f);
     float kq = 0.f;
     float4 k4, q4, a4;
     float* kp = &k4.x;
@@ -265,11 +287,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       for (int e = 0; e < 4; ++e)
         ap[e] = __expf(a.lower_bound * sigmoid(gate_rate * (g[e] + a.dt_bias[hv * D + c0 + e])));
     }
-    kq = warp_sum(kq);
+    kq = lane_group_sum<kTokenLanes>(kq);
+    if (!live) continue;
     *reinterpret_cast<float4*>(&sm.k_hat[t][c0]) = k4;
     *reinterpret_cast<float4*>(&sm.q_tilde[t][c0]) = q4;
     *reinterpret_cast<float4*>(&sm.alpha[t][c0]) = a4;
-    if (lane == 0) {
+    if (tl == 0) {
       sm.beta[t] =
           a.beta_scale *
           sigmoid(bf16_bits_to_float(a.beta[batch_row * a.beta_s[0] + token * a.beta_s[1] + hv * a.beta_s[2]]));
@@ -293,7 +316,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 #pragma unroll
   for (int i = 0; i < RPT; ++i)
 #pragma unroll
-    for (int j = 0; j < Tr::kChunks; ++j) load_state_vec(&sm.state[row_of(i)][Tr::column(l8, j, 0)], &s[i][j * kVec]);
+    for (int j = 0; j < Tr::kChunks; ++j) load_state_vec(&sm.state[row_of(i)][Tr::column(lr, j, 0)], &s[i][j * kVec]);
 
   auto store_rows = [&](int64_t slot) {
     State* dst = pool + slot * a.heads_v * D * D + head_offset;
@@ -301,7 +324,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     for (int i = 0; i < RPT; ++i)
 #pragma unroll
       for (int j = 0; j < Tr::kChunks; ++j)
-        store_state_vec(dst + row_of(i) * D + Tr::column(l8, j, 0), &s[i][j * kVec]);
+        store_state_vec(dst + row_of(i) * D + Tr::column(lr, j, 0), &s[i][j * kVec]);
   };
 
   // ---- the tokens ----
@@ -313,7 +336,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     for (int j = 0; j < Tr::kChunks; ++j) {
 #pragma unroll
       for (int e4 = 0; e4 < kVec; e4 += 4) {
-        const int c = Tr::column(l8, j, e4);
+        const int c = Tr::column(lr, j, e4);
         const float4 al = *reinterpret_cast<const float4*>(&sm.alpha[t][c]);
         const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][c]);
         const float4 qt = *reinterpret_cast<const float4*>(&sm.q_tilde[t][c]);
@@ -342,13 +365,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 #pragma unroll
     for (int i = 0; i < RPT; ++i) {
       delta[i] = beta * (sm.v[t][row_of(i)] - pk[i]);
-      if (l8 == 0) sm.out[t][row_of(i)] = __float2bfloat16_rn(fmaf(delta[i], kq, pq[i]));
+      if (lr == 0) sm.out[t][row_of(i)] = __float2bfloat16_rn(fmaf(delta[i], kq, pq[i]));
     }
 #pragma unroll
     for (int j = 0; j < Tr::kChunks; ++j)
 #pragma unroll
       for (int e4 = 0; e4 < kVec; e4 += 4) {
-        const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][Tr::column(l8, j, e4)]);
+        const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][Tr::column(lr, j, e4)]);
         const float khv[4] = {kh.x, kh.y, kh.z, kh.w};
 #pragma unroll
         for (int i = 0; i < RPT; ++i)
@@ -362,7 +385,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   }
   // One slot per sequence: the state after the last token goes back where it came from, in place (the
   // bulk copy completed before any thread got past mbarrier_wait, and each thread writes only its rows).
-  if (!speculative) store_rows(read_slot);
+  if (!speculative) store_rows(int64_t(read_slot));
 
   // ---- out: 16-byte pieces of 8 rows, from the staging buffer ----
   __syncthreads();
@@ -376,7 +399,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 }
 
 // Launches the kernel for `units` = sequences × heads × Tr::kSlices CTAs (kda_decode_sm90.cu).
-template <typename StateT, int kRowsPerThread>
+template <typename StateT, int kHeadDim, int kRowsPerThread>
 cudaError_t launch_kda_decode(const KdaDecodeArgs& args, int64_t units, cudaStream_t stream);
 
 }  // namespace flash_kda::cuda::sm90

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import types
@@ -147,6 +148,105 @@ def test_case_list():
     assert cases.targets(dict(B=1, T=4096, H=8, name="h8_8k")) == {}
     assert cases.targets(dict(B=1, T=8192, H=8, name="mine")) == {}
     assert set(cases.PUBLISHED) == {n for c in cases.GPU_CASES.values() for n in c.get("published", {})}
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_case_file_is_the_suite():
+    """cases.json beside cases.py (shipped with the package) is where the CUDA suite comes from: the
+    groups load into PREFILL_CASES, SERVING_CASES and TOOL_ONLY_CASES, in the file's order, each case
+    the file's object without its name."""
+    path = os.path.join(os.path.dirname(cases.__file__), cases.CASES_FILE)
+    with open(path) as f:
+        text = f.read()
+    data = json.loads(text)
+    assert cases.load_cases() == cases.load_cases(text)
+    for group, suite in (("prefill", cases.PREFILL_CASES), ("serving", cases.SERVING_CASES),
+                         ("tool_only", cases.TOOL_ONLY_CASES)):
+        assert [c["name"] for c in data[group]] == list(suite)
+        for c in data[group]:
+            assert suite[c["name"]] == {k: v for k, v in c.items() if k != "name"}
+    assert not set(cases.TOOL_ONLY_CASES) & set(cases.GPU_CASES)  # the Python suite times the safe gate
+    assert {c.get("gate", "safe") for c in cases.GPU_CASES.values()} == {"safe"}
+    assert {c["gate"] for c in cases.TOOL_ONLY_CASES.values()} == {"softplus"}
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(name="x", B=1, T=8, H=2, nope=1), "unknown field(s) nope"),
+    (dict(name="x", B=1, T=8, lens=[8], H=2), "either lens or B and T"),
+    (dict(name="x", B=1, H=2), "either lens or B and T"),
+    (dict(name="x", lens=[], H=2), "lens must be"),
+    (dict(name="x", lens=[3, 0], H=2), "lens must be"),
+    (dict(name="x", B=1, T=8), "H must be"),
+    (dict(name="x y", B=1, T=8, H=2), "name"),
+    (dict(name="x", B=1, T=8, H=2, gate="bounded"), "gate must be"),
+    (dict(name="x", B=1, T=8, H=2, goal_ms=-1), "goal_ms"),
+    (dict(name="x", B=1, T=8, H=2, published=[1]), "published"),
+])
+def test_case_file_is_checked(bad, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        cases.check_case(bad)
+    groups = {"prefill": [bad], "serving": [], "tool_only": []}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        cases.load_cases(json.dumps(groups))
+    twice = {"prefill": [dict(name="a", B=1, T=8, H=2)], "serving": [dict(name="a", lens=[8], H=2)],
+             "tool_only": []}
+    with pytest.raises(ValueError, match="used twice"):
+        cases.load_cases(json.dumps(twice))
+
+
+def _tool_header(tmp_path, json_text):
+    """cmake/BenchCases.cmake run as a script on `json_text`: (return code, header text, output)."""
+    src, out = tmp_path / "cases.json", tmp_path / "bench_cases.h"
+    src.write_text(json_text)
+    r = subprocess.run(["cmake", f"-DJSON={src}", f"-DOUT={out}", "-P", os.path.join(ROOT, "cmake", "BenchCases.cmake")],
+                       capture_output=True, text=True, timeout=120)
+    return r.returncode, out.read_text() if out.exists() else None, r.stdout + r.stderr
+
+
+HEADER_ENTRY = re.compile(r'^  \{"(\w+)", "(\w+)", \{([\d, ]*)\}, (\d+), (\d+), (\d+), (true|false)\}, \\$', re.M)
+
+
+def test_tool_header_holds_the_same_cases(tmp_path):
+    """tools/kda_gpu_check.cu's bench cases are the header CMake generates from the same file: every
+    case of every group, in order, with its shape and gate."""
+    if subprocess.run(["cmake", "--version"], capture_output=True).returncode != 0:
+        pytest.skip("cmake is not installed")
+    path = os.path.join(os.path.dirname(cases.__file__), cases.CASES_FILE)
+    with open(path) as f:
+        text = f.read()
+    rc, header, log = _tool_header(tmp_path, text)
+    assert rc == 0, log
+    got = [(name, group, [int(n) for n in lens.split(",") if n.strip()], int(B), int(T), int(H), sp == "true")
+           for name, group, lens, B, T, H, sp in HEADER_ENTRY.findall(header)]
+    want = [(name, group, c.get("lens", []), c.get("B", 0) if "lens" not in c else 0,
+             c.get("T", 0) if "lens" not in c else 0, c["H"], c.get("gate") == "softplus")
+            for group, suite in cases.load_cases(text).items() for name, c in suite.items()]
+    assert got == want and len(got) == header.count("\n  {")
+    assert "#define FLASH_KDA_BENCH_CASES" in header
+    # the configure step stops on a bad file, naming the case
+    bad = json.loads(text)
+    bad["serving"][0]["lens"] = [300]
+    rc, _, log = _tool_header(tmp_path, json.dumps(bad))
+    assert rc != 0 and "case fixed12: give either lens or B and T" in log
+    bad = json.loads(text)
+    bad["prefill"][1]["Hv"] = 3
+    rc, _, log = _tool_header(tmp_path, json.dumps(bad))
+    assert rc != 0 and 'case varlen6_96: unknown field "Hv"' in log
+
+
+def test_tool_checks_name_cases_of_the_file():
+    """The cases `kda_gpu_check check` runs against the fp32 GPU recurrence, by name, are cases of
+    the file (a renamed case would otherwise drop out of the check silently)."""
+    with open(os.path.join(ROOT, "tools", "kda_gpu_check.cu")) as f:
+        source = f.read()
+    checked = re.search(r"const char\* const checked\[\] = \{([^}]*)\}", source).group(1)
+    forms = re.search(r"const FormRun forms\[\] = \{(.*?)\};", source, re.S).group(1)
+    names = re.findall(r'"(\w+)"', checked) + re.findall(r'\{"(\w+)",', forms)
+    assert len(names) > 8
+    file_cases = {n for suite in cases.load_cases().values() for n in suite}
+    assert set(names) <= file_cases, set(names) - file_cases
 
 
 def test_cli_errors(tmp_path, capsys):

@@ -5,7 +5,8 @@
 #      the prefill speed suite (prefill cases and serving shapes; the copy floor, fla's Triton
 #      chunk_kda and FlashKDA timed in the same run on the same inputs where they are importable),
 #      the accuracy suite against float64 (flash-kda and fla), and the end-to-end fla KDA layer
-#      stacks (Kimi-Linear-like, Kimi-K3-like; 8K and 32K tokens);
+#      stacks (Kimi-Linear-like with the safe gate and with its softplus gate, Kimi-K3-like; 8K and
+#      32K tokens);
 #   3. the report: OUT/bench.json, OUT/BENCHMARK_H200.md, OUT/{speed,floor_ratio,accuracy,e2e}.png
 #      and OUT/run.log.
 #

@@ -106,14 +106,6 @@ std::mt19937_64& rng() {
   return r;
 }
 
-// One 20,000-token sequence packed with `shorts` of 300: a batch a long prompt dominates (with 31
-// and H = 8 the (sequence, head) pairs fill the GPU, and the device picks the plan).
-std::vector<int64_t> mix20k(int shorts = 15) {
-  std::vector<int64_t> lens = {20000};
-  lens.insert(lens.end(), shorts, 300);
-  return lens;
-}
-
 void fill_normal(std::vector<uint16_t>& x, size_t n, float mul = 1.f, float add = 0.f) {
   std::normal_distribution<float> d;
   x.resize(n);
@@ -1641,10 +1633,14 @@ void run_prefill_pool_checks() {
   for (const PoolCase& pc : pool_cases()) run_prefill_pool_case(pc);
 }
 
-// The benchmark's cases (the BENCH tables of docs/kernel.md's measurements), written once: `bench`
-// times them, `check` runs a subset against the fp32 GPU recurrence.
+// The benchmark's cases, written once for this tool and the Python suite: python/flash_kda/bench/
+// cases.json, turned into bench_cases.h at configure time (cmake/BenchCases.cmake). `bench` times
+// them, `check` runs a subset against the fp32 GPU recurrence.
+#include "bench_cases.h"
+
 struct BenchCase {
   const char* id;
+  const char* group;  // "prefill", "serving" (python/flash_kda/bench/cases.py) or "tool_only"
   std::vector<int64_t> lens;
   int64_t batch, seqlen;
   int H;
@@ -1652,26 +1648,7 @@ struct BenchCase {
 };
 
 const std::vector<BenchCase>& bench_cases() {
-  static const std::vector<BenchCase> cases = {
-      {"fixed96", {}, 1, 8192, 96},
-      {"varlen6_96", {1300, 547, 2048, 963, 271, 3063}, 0, 0, 96},
-      {"v1024x8_96", {1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024}, 0, 0, 96},
-      {"fixed64", {}, 1, 8192, 64},
-      {"varlen6_64", {1300, 547, 2048, 963, 271, 3063}, 0, 0, 64},
-      {"v1024x8_64", {1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024}, 0, 0, 64},
-      {"fixed32", {}, 1, 8192, 32},
-      {"b16x2048_32", {}, 16, 2048, 32},
-      {"long64k_32", {}, 1, 65536, 32},
-      {"fixed16", {}, 1, 8192, 16},
-      {"fixed12", {}, 1, 8192, 12},
-      {"h8_8k", {}, 1, 8192, 8},
-      {"h4_64k", {}, 1, 65536, 4},
-      {"mix20k_8", mix20k(), 0, 0, 8},
-      {"mix20kx31_8", mix20k(31), 0, 0, 8},
-      // The softplus gate's cost: fixed32 and h8_8k with the softplus gate (compare with those rows).
-      {"fixed32_sp", {}, 1, 8192, 32, true},
-      {"h8_8k_sp", {}, 1, 8192, 8, true},
-  };
+  static const std::vector<BenchCase> cases = {FLASH_KDA_BENCH_CASES};
   return cases;
 }
 
@@ -2131,16 +2108,16 @@ int run_checks() {
   run_checkpoint_checks();
   std::printf("== BENCH cases vs the fp32 GPU recurrence (inputs generated on the device)\n");
   const char* const checked[] = {"fixed96", "varlen6_64", "b16x2048_32", "fixed16",
-                                 "h8_8k",   "h4_64k",     "mix20k_8",    "mix20kx31_8"};
+                                 "h8_8k",   "h4_64k",     "mix20k",      "mix20kx31"};
   // The gate forms on some of them: (case, A_log absent, allow_neg_eigval, the softplus gate).
   struct FormRun {
     const char* id;
     bool no_A_log, neg_eigval, softplus;
   };
   const FormRun forms[] = {{"varlen6_64", true, false, false}, {"h4_64k", false, true, false},
-                           {"mix20k_8", true, true, false},    {"fixed96", false, false, true},
+                           {"mix20k", true, true, false},      {"fixed96", false, false, true},
                            {"fixed16", false, false, true},    {"h8_8k", false, false, true},
-                           {"h4_64k", false, true, true},      {"mix20kx31_8", false, false, true}};
+                           {"h4_64k", false, true, true},      {"mix20kx31", false, false, true}};
   for (const BenchCase& b : bench_cases()) {
     if (std::find_if(std::begin(checked), std::end(checked),
                      [&](const char* c) { return std::strcmp(c, b.id) == 0; }) == std::end(checked))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import types
@@ -149,6 +150,106 @@ def test_case_list():
     assert set(cases.PUBLISHED) == {n for c in cases.GPU_CASES.values() for n in c.get("published", {})}
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_case_file_is_the_suite():
+    """cases.json beside cases.py (shipped with the package) is where the CUDA suite comes from: the
+    groups load into PREFILL_CASES, SERVING_CASES and TOOL_ONLY_CASES, in the file's order, each case
+    the file's object without its name."""
+    path = os.path.join(os.path.dirname(cases.__file__), cases.CASES_FILE)
+    with open(path) as f:
+        text = f.read()
+    data = json.loads(text)
+    assert cases.load_cases() == cases.load_cases(text)
+    for group, suite in (("prefill", cases.PREFILL_CASES), ("serving", cases.SERVING_CASES),
+                         ("tool_only", cases.TOOL_ONLY_CASES)):
+        assert [c["name"] for c in data[group]] == list(suite)
+        for c in data[group]:
+            assert suite[c["name"]] == {k: v for k, v in c.items() if k != "name"}
+    assert not set(cases.TOOL_ONLY_CASES) & set(cases.GPU_CASES)  # the Python suite times the safe gate
+    assert {c.get("gate", "safe") for c in cases.GPU_CASES.values()} == {"safe"}
+    assert {c["gate"] for c in cases.TOOL_ONLY_CASES.values()} == {"softplus"}
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(name="x", B=1, T=8, H=2, nope=1), "unknown field(s) nope"),
+    (dict(name="x", B=1, T=8, lens=[8], H=2), "either lens or B and T"),
+    (dict(name="x", B=1, H=2), "either lens or B and T"),
+    (dict(name="x", lens=[], H=2), "lens must be"),
+    (dict(name="x", lens=[3, 0], H=2), "lens must be"),
+    (dict(name="x", B=1, T=8), "H must be"),
+    (dict(name="x y", B=1, T=8, H=2), "name"),
+    (dict(name="x", B=1, T=8, H=2, gate="bounded"), "gate must be"),
+    (dict(name="x", B=1, T=8, H=2, goal_ms=-1), "goal_ms"),
+    (dict(name="x", B=1, T=8, H=2, published=[1]), "published"),
+])
+def test_case_file_is_checked(bad, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        cases.check_case(bad)
+    groups = {"prefill": [bad], "serving": [], "tool_only": []}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        cases.load_cases(json.dumps(groups))
+    twice = {"prefill": [dict(name="a", B=1, T=8, H=2)], "serving": [dict(name="a", lens=[8], H=2)],
+             "tool_only": []}
+    with pytest.raises(ValueError, match="used twice"):
+        cases.load_cases(json.dumps(twice))
+
+
+def _tool_header(tmp_path, json_text):
+    """cmake/BenchCases.cmake run as a script on `json_text`: (return code, header text, output)."""
+    src, out = tmp_path / "cases.json", tmp_path / "bench_cases.h"
+    src.write_text(json_text)
+    script = os.path.join(ROOT, "cmake", "BenchCases.cmake")
+    r = subprocess.run(["cmake", f"-DJSON={src}", f"-DOUT={out}", "-P", script], capture_output=True, text=True,
+                       timeout=120)
+    return r.returncode, out.read_text() if out.exists() else None, r.stdout + r.stderr
+
+
+HEADER_ENTRY = re.compile(r'^  \{"(\w+)", "(\w+)", \{([\d, ]*)\}, (\d+), (\d+), (\d+), (true|false)\}, \\$', re.M)
+
+
+def test_tool_header_holds_the_same_cases(tmp_path):
+    """tools/kda_gpu_check.cu's bench cases are the header CMake generates from the same file: every
+    case of every group, in order, with its shape and gate."""
+    if subprocess.run(["cmake", "--version"], capture_output=True).returncode != 0:
+        pytest.skip("cmake is not installed")
+    path = os.path.join(os.path.dirname(cases.__file__), cases.CASES_FILE)
+    with open(path) as f:
+        text = f.read()
+    rc, header, log = _tool_header(tmp_path, text)
+    assert rc == 0, log
+    got = [(name, group, [int(n) for n in lens.split(",") if n.strip()], int(B), int(T), int(H), sp == "true")
+           for name, group, lens, B, T, H, sp in HEADER_ENTRY.findall(header)]
+    want = [(name, group, c.get("lens", []), c.get("B", 0) if "lens" not in c else 0,
+             c.get("T", 0) if "lens" not in c else 0, c["H"], c.get("gate") == "softplus")
+            for group, suite in cases.load_cases(text).items() for name, c in suite.items()]
+    assert got == want and len(got) == header.count("\n  {")
+    assert "#define FLASH_KDA_BENCH_CASES" in header
+    # the configure step stops on a bad file, naming the case
+    bad = json.loads(text)
+    bad["serving"][0]["lens"] = [300]
+    rc, _, log = _tool_header(tmp_path, json.dumps(bad))
+    assert rc != 0 and "case fixed12: give either lens or B and T" in log
+    bad = json.loads(text)
+    bad["prefill"][1]["Hv"] = 3
+    rc, _, log = _tool_header(tmp_path, json.dumps(bad))
+    assert rc != 0 and 'case varlen6_96: unknown field "Hv"' in log
+
+
+def test_tool_checks_name_cases_of_the_file():
+    """The cases `kda_gpu_check check` runs against the fp32 GPU recurrence, by name, are cases of
+    the file (a renamed case would otherwise drop out of the check silently)."""
+    with open(os.path.join(ROOT, "tools", "kda_gpu_check.cu")) as f:
+        source = f.read()
+    checked = re.search(r"const char\* const checked\[\] = \{([^}]*)\}", source).group(1)
+    forms = re.search(r"const FormRun forms\[\] = \{(.*?)\};", source, re.S).group(1)
+    names = re.findall(r'"(\w+)"', checked) + re.findall(r'\{"(\w+)",', forms)
+    assert len(names) > 8
+    file_cases = {n for suite in cases.load_cases().values() for n in suite}
+    assert set(names) <= file_cases, set(names) - file_cases
+
+
 def test_cli_errors(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["speed", "--cases", "nope", "--out", str(tmp_path)])
@@ -264,14 +365,19 @@ def _synthetic_gpu_results():
                        "fla": dict(out_rel=4.1e-3, state_rel=2.6e-3, out_ok=False, state_ok=True)})
            for n, c in cases.ACCURACY_CASES.items()]
     e2e = []
-    for cfg, mlp, T in (("kimi-linear", True, 8192), ("kimi-linear", False, 32768), ("k3-shard", True, 8192)):
+    # rows of the safe gate as older results files hold them (no gate or route), and softplus rows
+    for cfg, mlp, T in (("kimi-linear", True, 8192), ("kimi-linear", False, 32768), ("k3-shard", True, 8192),
+                        ("kimi-linear-softplus", True, 8192), ("kimi-linear-softplus", False, 32768)):
         t_fla, t_ours, t_noop, s = 20.0, 16.0, 12.0, 2.2
+        if cfg == "kimi-linear-softplus":
+            t_fla, s = 24.0, 2.9
         f = (t_fla - t_noop) / t_fla
+        extra = dict(gate="softplus", lower_bound=None, route="chunk_kda") if cfg.endswith("softplus") else {}
         e2e.append(dict(config=cfg, what="synthetic", hidden=2304, heads=32, head_dim=128, mlp=mlp,
                         intermediate=9216 if mlp else None, layers=4, tokens=T, t_fla_ms=t_fla, t_flash_kda_ms=t_ours,
                         t_noop_ms=t_noop, f=f, f_from_op=f, s=s, amdahl=1 / (1 - f + f / s), measured=t_fla / t_ours,
                         flash_kda_calls_per_forward={"fla": 0, "flash-kda": 4, "no-op": 0},
-                        ours_vs_fla_out_rel=4e-3, dispatch_ok=cfg != "k3-shard",
+                        ours_vs_fla_out_rel=4e-3, dispatch_ok=cfg != "k3-shard", **extra,
                         **({"dispatch_rejected": "FlashKDA requires safe_gate=True"} if cfg == "k3-shard" else {})))
     return {"schema": report.SCHEMA, "meta": meta, "speed": dict(meta=meta, rows=rows),
             "accuracy": dict(meta=meta, rows=acc), "e2e": dict(meta=meta, rows=e2e)}
@@ -307,6 +413,26 @@ def test_markdown_of_a_gpu_shaped_run():
     assert "fla skipped on `varlen6_96` (time budget" in text
     assert "4.10e-03 ✗" in text  # fla above the out limit is marked
     assert "## End-to-end prefill" in text and "**FAILED**" in text and "safe_gate" in text
+    e2e_head = next(line for line in text.splitlines() if line.startswith("| model |"))
+    assert "| gate |" in e2e_head and "| flash-kda calls |" in e2e_head
+    e2e_rows = [line for line in text.splitlines() if line.startswith("| `kimi-linear")]
+    assert len(e2e_rows) == 4
+    for line in e2e_rows[:2]:  # rows without a gate: the safe gate through fla's dispatch
+        assert "| safe (−5) |" in line and "| ok (fla's dispatch) |" in line
+    sp8k, sp32k = e2e_rows[2:]
+    assert sp8k.startswith("| `kimi-linear-softplus` (hidden 2304, 32×128) | softplus (no bound) | "
+                           "4 × (KDA + MLP 9216) | 8192 |")
+    assert "| 24.00 | 16.00 | 12.00 | 0.500 | 2.90× |" in sp8k
+    assert "| **1.500×** | ok (`flash_kda.chunk_kda`) |" in sp8k
+    assert "| 4 × (KDA) | 32768 |" in sp32k
+    assert "Softplus (no bound): fla's unbounded gate" in text and "`flash_kda.chunk_kda`, called with the same" in text
+    e2e_summary = text.split("## Summary")[1].split("##")[0]
+    assert "- end-to-end, kimi-linear-softplus (softplus gate) + MLP, 8K tokens: measured 1.500×" in e2e_summary
+    assert "- end-to-end, kimi-linear-softplus (softplus gate) KDA only, 32K tokens" in e2e_summary
+    # a report of the safe stacks alone does not explain the softplus ones
+    results = _synthetic_gpu_results()
+    results["e2e"]["rows"] = [r for r in results["e2e"]["rows"] if "gate" not in r]
+    assert "Softplus" not in report.md_e2e(results["e2e"]) and "Safe gate (−5)" in report.md_e2e(results["e2e"])
     summary = text.split("## Summary")[1].split("##")[0]
     assert "at or under the goal on 0 of 5 cases with one" in summary
     assert "FlashKDA ÷ flash-kda" in summary and "flash-kda faster on 2 of 5 cases" in summary
@@ -450,3 +576,269 @@ def test_missing_matplotlib_is_reported(tmp_path, monkeypatch, capsys):
     assert rc == 0 and not list(out.glob("*.png"))
     captured = capsys.readouterr()
     assert "matplotlib is not installed" in captured.err and "no plots: matplotlib is not installed" in captured.out
+
+
+# ---- end-to-end: the configurations, the command line, the softplus stack's route, the report ----
+
+# The keyword arguments fla 0.6.0's KimiDeltaAttention.forward (fla.layers.kda) passes to chunk_kda,
+# which the flash-kda variant of a softplus stack hands to flash_kda.chunk_kda as they are.
+FLA_LAYER_CALL = ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "initial_state", "output_final_state",
+                  "use_qk_l2norm_in_kernel", "use_gate_in_kernel", "use_beta_sigmoid_in_kernel", "allow_neg_eigval",
+                  "safe_gate", "lower_bound", "state_v_first", "cu_seqlens")
+
+
+def test_e2e_configurations():
+    from flash_kda.bench import e2e
+
+    assert list(e2e.CONFIGS) == ["kimi-linear", "kimi-linear-softplus", "k3-shard"]
+    sp, kl = e2e.CONFIGS["kimi-linear-softplus"], e2e.CONFIGS["kimi-linear"]
+    # the same Kimi-Linear-48B-like stack, with the gate it was trained with
+    assert {k: v for k, v in sp.items() if k not in ("gate", "what")} == \
+        {k: v for k, v in kl.items() if k not in ("gate", "what")}
+    assert sp["gate"] == "softplus" and kl["gate"] == "safe" and e2e.CONFIGS["k3-shard"]["gate"] == "safe"
+    assert e2e.GATES["softplus"] == dict(safe_gate=False, lower_bound=None, route="chunk_kda")
+    assert e2e.GATES["safe"] == dict(safe_gate=True, lower_bound=cases.LOWER_BOUND, route="fla-dispatch")
+    assert set(report.E2E_ROUTES) == {g["route"] for g in e2e.GATES.values()}  # the report names every route
+
+    def fla_fn(**kw):
+        return "fla"
+
+    def ours_fn(**kw):
+        return "flash-kda"
+
+    safe = e2e.routes("safe", fla_fn, ours_fn)
+    soft = e2e.routes("softplus", fla_fn, ours_fn)
+    assert safe["fla"] == ("0", fla_fn) and safe["flash-kda"] == ("1", fla_fn)  # fla's own dispatch
+    assert soft["fla"] == ("0", fla_fn) and soft["flash-kda"] == ("0", ours_fn)  # flash_kda.chunk_kda
+    assert safe["no-op"][1] is e2e._noop and soft["no-op"][1] is e2e._noop
+    with pytest.raises(ValueError, match="gate 'bounded'"):
+        e2e.routes("bounded", fla_fn, ours_fn)
+    assert e2e.expected_calls(dict(sp, layers=3)) == {"fla": 0, "flash-kda": 3, "no-op": 0}
+
+
+def test_e2e_command_line(tmp_path, capsys):
+    from flash_kda.bench import e2e
+
+    assert [e2e.parse_tokens(t) for t in ("8192", "8K", "32k", " 32K ", "100")] == [8192, 8192, 32768, 32768, 100]
+    for bad in ("8M", "", "K", "1.5K", "-8K"):
+        with pytest.raises(ValueError):
+            e2e.parse_tokens(bad)
+    args = cli._parser().parse_intermixed_args(["e2e", "--configs", "kimi-linear-softplus", "--tokens", "8K", "32K"])
+    assert args.parts == ["e2e"] and args.configs == ["kimi-linear-softplus"] and args.tokens == [8192, 32768]
+    assert cli._parser().parse_intermixed_args(["e2e"]).tokens == [8192, 32768]  # the default: 8K and 32K
+    with pytest.raises(SystemExit) as e:
+        cli.main(["e2e", "--tokens", "8M", "--out", str(tmp_path)])
+    assert e.value.code == 2 and "8K" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        cli.main(["e2e", "--tokens", "64", "--out", str(tmp_path)])
+    assert e.value.code == 2 and "--tokens must be > 64" in capsys.readouterr().err
+    # an unknown configuration is reported as such, before (and whether or not) e2e can run here
+    with pytest.raises(SystemExit) as e:
+        cli.main(["e2e", "--configs", "kimi-linear-sp", "--device", "cpu", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "unknown e2e config(s) kimi-linear-sp" in err and "kimi-linear-softplus" in err
+
+
+def test_e2e_degrades_gracefully(tmp_path, capsys, monkeypatch):
+    """Without CUDA the softplus stack is not run: e2e alone fails with the reason, beside other
+    parts it is skipped with it."""
+    from flash_kda.bench import e2e
+
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert e2e.unavailable() == "no CUDA device"
+    assert cli.main(["e2e", "--configs", "kimi-linear-softplus", "--tokens", "8K", "--out", str(tmp_path)]) == 2
+    assert "end-to-end needs CUDA, fla and flash-kda's CUDA build: no CUDA device." in capsys.readouterr().err
+    rc, out = _run(tmp_path, "speed", "e2e", "--configs", "kimi-linear-softplus", "--shape", "T=16,H=1",
+                   "--reps", "1", "--no-plots")
+    assert rc == 0 and "skipping it" in capsys.readouterr().err
+    r = _load(out)
+    assert "speed" in r and "e2e" not in r
+
+
+def _tiny_layer_call(torch, T=80, H=2, K=128, gate="softplus"):
+    """The keyword arguments fla's KimiDeltaAttention passes to chunk_kda (FLA_LAYER_CALL), on CPU
+    tensors: raw q, k, v, g, beta logits, A_log [H] and a flat dt_bias [H * K] as fla creates them."""
+    import math as m
+
+    gen = torch.Generator().manual_seed(5)
+    bf16 = lambda *s: torch.randn(*s, generator=gen).to(torch.bfloat16)  # noqa: E731
+    softplus = gate == "softplus"
+    A_log = (torch.empty(H).uniform_(1, 16, generator=gen).log() if softplus else torch.zeros(H))
+    dt = torch.exp(torch.rand(H * K, generator=gen) * (m.log(0.1) - m.log(0.001)) + m.log(0.001)).clamp(min=1e-4)
+    kw = dict(q=bf16(1, T, H, K), k=bf16(1, T, H, K), v=bf16(1, T, H, K), g=bf16(1, T, H, K), beta=bf16(1, T, H),
+              A_log=A_log, dt_bias=dt + torch.log(-torch.expm1(-dt)), initial_state=None, output_final_state=True,
+              use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+              allow_neg_eigval=False, safe_gate=not softplus, lower_bound=None if softplus else cases.LOWER_BOUND,
+              state_v_first=True, cu_seqlens=None)
+    assert tuple(kw) == FLA_LAYER_CALL
+    return kw
+
+
+def test_softplus_route_takes_the_layers_call():
+    """The flash-kda variant of the softplus stack: flash_kda.chunk_kda with exactly the arguments
+    fla's layer passes to fla's chunk_kda, within the limits of docs/spec.md against float64 (CPU)."""
+    torch = pytest.importorskip("torch")
+    from flash_kda.bench import e2e
+
+    kw = _tiny_layer_call(torch)
+    _, fn = e2e.routes("softplus", None, flash_kda.chunk_kda)["flash-kda"]
+    with torch.inference_mode():
+        o, ht = fn(**kw)
+    out64, ht64 = flash_kda.reference(kw["q"], kw["k"], kw["v"], kw["g"], kw["beta"], cases.SCALE, kw["A_log"],
+                                      kw["dt_bias"], None)
+    rel = lambda x, ref: float(np.linalg.norm(x.double().numpy() - ref) / np.linalg.norm(ref))  # noqa: E731
+    assert rel(o, out64) < 4e-3 and rel(ht, ht64) < 3e-3
+    noop_o, noop_ht = e2e._noop(**kw)
+    assert noop_o.shape == kw["v"].shape and noop_ht is None
+
+
+def test_fla_layer_passes_what_the_softplus_route_takes():
+    """fla's KimiDeltaAttention calls chunk_kda with the keywords FLA_LAYER_CALL lists (all of which
+    flash_kda.chunk_kda takes), and the e2e stacks build it with the gate of their configuration:
+    the softplus stack with fla's own A_log initialisation (log U(1, 16)), kept in fp32."""
+    import inspect
+
+    from conftest import require_in_ci
+
+    torch = pytest.importorskip("torch")
+    require_in_ci("fla")
+    pytest.importorskip("fla.layers.kda")
+    import fla.layers.kda
+
+    from flash_kda.bench import e2e
+
+    source = inspect.getsource(fla.layers.kda.KimiDeltaAttention.forward)
+    call = re.search(r"= chunk_kda\((.*?)\n\s*\)", source, re.S).group(1)
+    assert tuple(re.findall(r"(\w+)=", call)) == FLA_LAYER_CALL
+    params = inspect.signature(flash_kda.chunk_kda).parameters
+    assert set(FLA_LAYER_CALL) <= set(params)
+    tiny = dict(hidden=256, heads=2, head_dim=128, intermediate=512, layers=2)
+    for name in ("kimi-linear", "kimi-linear-softplus"):
+        model = e2e._build(torch, dict(e2e.CONFIGS[name], **tiny), device="cpu")
+        gate = e2e.GATES[e2e.CONFIGS[name]["gate"]]
+        assert len(model.blocks) == 2
+        for block in model.blocks:
+            attn = block.attn
+            assert attn.safe_gate == gate["safe_gate"] and attn.lower_bound == gate["lower_bound"]
+            assert attn.A_log.dtype == torch.float32 and attn.dt_bias.dtype == torch.float32
+            assert attn.q_proj.weight.dtype == torch.bfloat16
+            if gate["lower_bound"] is None:  # fla's softplus initialisation: exp(A_log) in [1, 16]
+                assert bool(((attn.A_log.exp() >= 1 - 1e-5) & (attn.A_log.exp() <= 16 + 1e-4)).all())
+                assert attn.A_log.std() > 0
+            else:
+                assert bool((attn.A_log == 0).all())
+
+
+def test_docs_show_the_layers_call():
+    """docs/torch.md ("In a model built from fla's layers") calls flash-kda with the arguments fla's
+    layer passes, all of them (test_fla_layer_passes_what_the_softplus_route_takes checks fla's side)."""
+    with open(os.path.join(ROOT, "docs", "torch.md")) as f:
+        page = f.read()
+    call = re.search(r"o, ht = fla\.layers\.kda\.chunk_kda\((.*?)\)\n", page, re.S).group(1)
+    assert tuple(re.findall(r"(\w+)=", call)) == FLA_LAYER_CALL
+
+
+class _FakeStack:
+    """Stands in for the e2e model on the CPU: `layers` blocks, each calling the layer module's
+    chunk_kda with fla's layer arguments (as fla.layers.kda.KimiDeltaAttention does)."""
+
+    def __init__(self, torch, kda_mod, layers, gate):
+        self.kw = _tiny_layer_call(torch, gate=gate)
+        block = lambda x: kda_mod.chunk_kda(**self.kw)[0]  # noqa: E731
+        self.blocks = [block] * layers
+
+    def __call__(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def _fake_fla(monkeypatch, dispatches_softplus=False):
+    """fla's modules for _measure on the CPU: fla's chunk_kda dispatching as fla 0.6.0 does (to
+    flash_kda.fwd when FLA_FLASH_KDA is not 0 and the gate is the safe one; `dispatches_softplus`:
+    also the softplus gate, whatever FLA_FLASH_KDA says, as some other fla might), else a stand-in
+    for Triton (flash-kda's CPU backend, through its chunk_kda: no flash_kda.fwd call)."""
+    def fla_chunk_kda(**kw):
+        safe = kw["safe_gate"] and kw["lower_bound"] is not None
+        if (safe and os.environ.get("FLA_FLASH_KDA") != "0") or (not safe and dispatches_softplus):
+            o = kw["v"].new_empty(kw["v"].shape)
+            H, K = kw["v"].shape[2], kw["q"].shape[3]
+            final = kw["v"].new_zeros((1, H, K, K), dtype=kw["A_log"].dtype)
+            flash_kda.fwd(kw["q"], kw["k"], kw["v"], kw["g"], kw["beta"], K ** -0.5, o, kw["A_log"], kw["dt_bias"],
+                          kw["lower_bound"], None, final)
+            return o, final
+        return flash_kda.chunk_kda(**kw)
+
+    fla = types.ModuleType("fla")
+    ops, ops_kda = types.ModuleType("fla.ops"), types.ModuleType("fla.ops.kda")
+    layers, layers_kda = types.ModuleType("fla.layers"), types.ModuleType("fla.layers.kda")
+    ops_kda.chunk_kda = layers_kda.chunk_kda = fla_chunk_kda
+    for name, mod in (("fla", fla), ("fla.ops", ops), ("fla.ops.kda", ops_kda), ("fla.layers", layers),
+                      ("fla.layers.kda", layers_kda), ("fla.ops.kda.backends", None)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    return layers_kda, fla_chunk_kda
+
+
+@pytest.mark.parametrize("config", ["kimi-linear-softplus", "kimi-linear"])
+def test_e2e_measure_on_the_cpu(config, monkeypatch):
+    """_measure itself, every variant and the op alone, with the CUDA pieces and fla's modules
+    replaced by CPU stand-ins: the flash-kda variant of the softplus stack calls flash_kda.chunk_kda
+    once per layer, the fla variant never reaches flash-kda, the row records gate and route, and the
+    layer module's chunk_kda and FLA_FLASH_KDA are restored."""
+    torch = pytest.importorskip("torch")
+    from flash_kda.bench import e2e
+
+    kda_mod, fla_fn = _fake_fla(monkeypatch)
+    monkeypatch.setattr(e2e, "time_cuda", lambda t, fn, reps, warmup=5: timing.time_host(fn, reps, warmup))
+    monkeypatch.setenv("FLA_FLASH_KDA", "untouched")
+    fake_torch = types.SimpleNamespace(inference_mode=torch.inference_mode,
+                                       cuda=types.SimpleNamespace(synchronize=lambda: None))
+    cfg = dict(e2e.CONFIGS[config], layers=3)
+    model = _FakeStack(torch, kda_mod, 3, cfg["gate"])
+    with timing.Progress(1, "test", False) as bar:
+        row = e2e._measure(fake_torch, model, torch.empty(1, 80, 8), cfg, config, True, 2, bar)
+    gate = cfg["gate"]
+    assert row["dispatch_ok"] and "dispatch_rejected" not in row, row
+    assert row["flash_kda_calls_per_forward"] == {"fla": 0, "flash-kda": 3, "no-op": 0}
+    assert row["gate"] == gate and row["route"] == e2e.GATES[gate]["route"]
+    assert row["lower_bound"] == e2e.GATES[gate]["lower_bound"] and row["tokens"] == 80 and row["layers"] == 3
+    assert row["ours_vs_fla_out_rel"] < 4e-3  # the stand-in for Triton is flash-kda's CPU backend
+    assert set(row["stack"]) == set(e2e.MODES) and set(row["op"]) == {"fla", "flash-kda"}
+    assert row["stack"]["fla"]["reps"] == 2 and row["op"]["flash-kda"]["reps"] == 10
+    for key in ("f", "s", "amdahl", "measured"):
+        assert math.isfinite(row[key])
+    assert kda_mod.chunk_kda is fla_fn and os.environ["FLA_FLASH_KDA"] == "untouched"
+    assert "DISPATCH FAILED" not in e2e._line(row)
+
+
+def test_e2e_measure_reports_a_fla_that_dispatches_softplus(monkeypatch):
+    """Were fla to send the softplus gate to flash-kda itself, its variant would not be Triton: the
+    row says so rather than compare flash-kda with itself."""
+    torch = pytest.importorskip("torch")
+    from flash_kda.bench import e2e
+
+    kda_mod, _ = _fake_fla(monkeypatch, dispatches_softplus=True)
+    monkeypatch.setattr(e2e, "time_cuda", lambda t, fn, reps, warmup=5: timing.time_host(fn, reps, warmup))
+    monkeypatch.setenv("FLA_FLASH_KDA", "1")
+    fake_torch = types.SimpleNamespace(inference_mode=torch.inference_mode,
+                                       cuda=types.SimpleNamespace(synchronize=lambda: None))
+    cfg = dict(e2e.CONFIGS["kimi-linear-softplus"], layers=2)
+    model = _FakeStack(torch, kda_mod, 2, "softplus")
+    with timing.Progress(1, "test", False) as bar:
+        row = e2e._measure(fake_torch, model, torch.empty(1, 80, 8), cfg, "kimi-linear-softplus", False, 1, bar)
+    assert not row["dispatch_ok"] and row["flash_kda_calls_per_forward"]["fla"] == 2
+    assert "the fla variant is not fla's Triton path" in row["dispatch_rejected"]
+    assert "DISPATCH FAILED" in e2e._line(row)
+    assert "**FAILED** (`flash_kda.chunk_kda`" in report.md_e2e(dict(rows=[row]))
+
+
+def test_e2e_verdicts():
+    from flash_kda.bench import e2e
+
+    cfg = dict(e2e.CONFIGS["kimi-linear-softplus"], layers=4)
+    assert e2e._verdict(None, cfg, {"fla": 0, "flash-kda": 4, "no-op": 0}, {}) is None
+    why = e2e._verdict(None, cfg, {"fla": 0, "flash-kda": 2, "no-op": 0}, {})
+    assert why == "flash_kda.chunk_kda ran 2 times a forward, expected 4"
+    safe = dict(e2e.CONFIGS["kimi-linear"], layers=4)
+    assert "expected" in e2e._verdict(None, safe, {"fla": 0, "flash-kda": 3, "no-op": 0}, {})

@@ -9,9 +9,11 @@
 - accuracy: relative error against the float64 recurrence across input distributions (normal,
   large |v|, strong decay, weak decay over a long sequence, many short sequences), for flash-kda
   and, on CUDA, fla (flash_kda.bench.accuracy).
-- e2e: a stack of fla's KDA layers with random weights (Kimi-Linear-like and Kimi-K3-like), prefill
-  with fla's Triton path and with flash-kda; f, s, Amdahl's prediction and the measured speedup
-  (flash_kda.bench.e2e; CUDA and fla only).
+- e2e: a stack of fla's KDA layers with random weights (Kimi-Linear-like and Kimi-K3-like with the
+  safe gate, through fla's own dispatch; Kimi-Linear-like with its softplus gate, through
+  flash_kda.chunk_kda in place of fla's chunk_kda), prefill with fla's Triton path and with
+  flash-kda; f, s, Amdahl's prediction and the measured speedup (flash_kda.bench.e2e; CUDA and fla
+  only).
 - report: ``python -m flash_kda.bench report RESULTS.json [...] --md FILE --plots DIR`` rebuilds the
   markdown and plots from results files (how BENCHMARK_H200.md is made).
 

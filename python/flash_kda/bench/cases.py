@@ -1,6 +1,7 @@
-"""The benchmark's problems, all in this module: the prefill suite on CUDA (the prefill cases and
-the serving shapes), a smaller suite for the CPU backend, custom shapes from the command line, and
-the accuracy suite.
+"""The benchmark's problems: the prefill suite on CUDA (the prefill cases and the serving shapes,
+read from the data file cases.json beside this module, which tools/kda_gpu_check.cu's benchmark
+reads too), a smaller suite for the CPU backend, custom shapes from the command line, and the
+accuracy suite.
 
 A case is a plain dict: ``name``, ``H`` (= HV), and either ``lens`` (a packed varlen batch: B = 1,
 T = sum(lens), cu_seqlens) or ``B`` and ``T`` (a fixed batch of B sequences of T tokens); suite
@@ -10,42 +11,96 @@ K = V = 128 throughout (the CUDA kernels' size).
 
 from __future__ import annotations
 
+import importlib.resources
 import itertools
+import json
 import re
 
 K = 128
 SCALE = K ** -0.5  # scale of every benchmark call
 LOWER_BOUND = -5.0  # the safe gate's floor of every benchmark call
 
-# The prefill suite on CUDA: the one list of cases, read by the speed suite, its report and plots,
+# The prefill suite on CUDA: the one list of cases, in the data file cases.json beside this module
+# (shipped with the package; tools/kda_gpu_check.cu's `bench` reads the same file, through a header
+# CMake generates from it: cmake/BenchCases.cmake). Read by the speed suite, its report and plots,
 # and the command line (--cases NAME, or a group: prefill, serving, gpu). Grouped by H, largest
 # first, so that fla autotunes once per H. Beside the shape, each case may carry the project's
 # target for it (`goal_ratio`: a floor ratio; `goal_ms`: a time in ms on an H200, for the serving
 # shapes, where few heads leave the memory floor tiny and the walk over a sequence's chunks is the
 # whole call) and other libraries' published H200 times in ms (`published`, see PUBLISHED).
-PREFILL_CASES = {
-    "fixed96": dict(B=1, T=8192, H=96, goal_ratio=2.0),
-    "varlen6_96": dict(lens=[1300, 547, 2048, 963, 271, 3063], H=96, goal_ratio=2.0),
-    "v1024x8_96": dict(lens=[1024] * 8, H=96, goal_ratio=2.0),
-    "fixed64": dict(B=1, T=8192, H=64, goal_ratio=2.0),
-    "varlen6_64": dict(lens=[1300, 547, 2048, 963, 271, 3063], H=64, goal_ratio=2.0),
-    "v1024x8_64": dict(lens=[1024] * 8, H=64, goal_ratio=2.0),
-    "fixed32": dict(B=1, T=8192, H=32, goal_ratio=3.0),
-    "b16x2048_32": dict(B=16, T=2048, H=32, goal_ratio=2.0),
-    "long64k_32": dict(B=1, T=65536, H=32, goal_ratio=3.0),
-    "fixed16": dict(B=1, T=8192, H=16, goal_ratio=4.0),
-}
+CASES_FILE = "cases.json"
+CASE_GROUPS = ("prefill", "serving", "tool_only")
+CASE_FIELDS = ("name", "B", "T", "lens", "H", "goal_ratio", "goal_ms", "published", "gate")
+GATES = ("safe", "softplus")  # "safe": lower_bound = LOWER_BOUND (the default); "softplus": unbounded
 
-# Serving shapes: the heads one GPU holds under tensor parallelism (a 96-head layer on 8 GPUs
-# leaves 12; 32 heads leave 4-8), long prompts, and a packed batch that one long prompt dominates.
-SERVING_CASES = {
-    "fixed12": dict(B=1, T=8192, H=12, goal_ms=0.12),
-    "h8_8k": dict(B=1, T=8192, H=8, goal_ms=0.10, published={"cuLA": 0.318}),
-    "mix20k": dict(lens=[20000] + [300] * 15, H=8),
-    # the same long prompt among 31 short ones: the (sequence, head) pairs fill the GPU
-    "mix20kx31": dict(lens=[20000] + [300] * 31, H=8),
-    "h4_64k": dict(B=1, T=65536, H=4, goal_ms=0.40, published={"cuLA": 0.97}),
-}
+
+def _positive_int(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def check_case(case, where="case"):
+    """Raises ValueError unless `case` (a dict of the data file, with its name) is well formed: the
+    fields of CASE_FIELDS only, a name, H, either lens or B and T (positive integers), numeric goals,
+    published times by source, a gate of GATES. The rules of cmake/BenchCases.cmake."""
+    name = case.get("name")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_]+", name):
+        raise ValueError(f"{where}: expected a \"name\" of letters, digits and _ (got {name!r})")
+    where = f"{where} {name}"
+    unknown = [k for k in case if k not in CASE_FIELDS]
+    if unknown:
+        raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)} (known: {', '.join(CASE_FIELDS)})")
+    if not _positive_int(case.get("H")):
+        raise ValueError(f"{where}: H must be a positive integer")
+    if "lens" in case:
+        if "B" in case or "T" in case:
+            raise ValueError(f"{where}: give either lens or B and T")
+        lens = case["lens"]
+        if not isinstance(lens, list) or not lens or not all(_positive_int(n) for n in lens):
+            raise ValueError(f"{where}: lens must be a non-empty list of positive integers")
+    elif not (_positive_int(case.get("B")) and _positive_int(case.get("T"))):
+        raise ValueError(f"{where}: give either lens or B and T (positive integers)")
+    for key in ("goal_ratio", "goal_ms"):
+        if key in case and (isinstance(case[key], bool) or not isinstance(case[key], (int, float))
+                            or not case[key] > 0):
+            raise ValueError(f"{where}: {key} must be a positive number")
+    published = case.get("published", {})
+    if not isinstance(published, dict) or not all(isinstance(v, (int, float)) and v > 0 for v in published.values()):
+        raise ValueError(f"{where}: published must map sources to times in ms")
+    if case.get("gate", "safe") not in GATES:
+        raise ValueError(f"{where}: gate must be one of {', '.join(GATES)} (got {case['gate']!r})")
+
+
+def load_cases(text=None):
+    """{group: {name: case}} of the data file (`text`: its contents; default: the file shipped with
+    the package), checked (check_case); a case is the file's dict without its name."""
+    if text is None:
+        text = importlib.resources.files(__package__).joinpath(CASES_FILE).read_text(encoding="utf-8")
+    data = json.loads(text)
+    groups, seen = {}, set()
+    for group in CASE_GROUPS:
+        entries = data.get(group)
+        if not isinstance(entries, list):
+            raise ValueError(f"{CASES_FILE}: no list {group!r}")
+        groups[group] = {}
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                raise ValueError(f"{CASES_FILE}: {group}[{i}] is not an object")
+            check_case(entry, f"{CASES_FILE}: {group}[{i}]")
+            if entry["name"] in seen:
+                raise ValueError(f"{CASES_FILE}: case {entry['name']}: the name is used twice")
+            seen.add(entry["name"])
+            groups[group][entry["name"]] = {k: v for k, v in entry.items() if k != "name"}
+    return groups
+
+
+_FILE_CASES = load_cases()
+PREFILL_CASES = _FILE_CASES["prefill"]
+# Serving shapes: the heads one GPU holds under tensor parallelism, long prompts, packed batches
+# that one long prompt dominates (cases.json, "serving_about").
+SERVING_CASES = _FILE_CASES["serving"]
+# Timed by kda_gpu_check bench alone (the softplus gate's cost on a few shapes); not part of the
+# Python suite, which times the safe gate (lower_bound = LOWER_BOUND).
+TOOL_ONLY_CASES = _FILE_CASES["tool_only"]
 
 GPU_CASES = {**PREFILL_CASES, **SERVING_CASES}
 

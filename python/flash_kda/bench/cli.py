@@ -45,6 +45,7 @@ def _parser():
                 "  python -m flash_kda.bench --cases serving --flashkda none\n"
                 "  python -m flash_kda.bench --shape T=8192,H=48 --shape lens=1300+547+1024x2,H=64\n"
                 "  python -m flash_kda.bench accuracy\n"
+                "  python -m flash_kda.bench e2e --configs kimi-linear-softplus --tokens 8K 32K\n"
                 "  python -m flash_kda.bench all --out results/\n"
                 "  python -m flash_kda.bench report results/bench.json [more.json ...] --md REPORT.md "
                 "--plots DIR"))
@@ -84,13 +85,26 @@ def _parser():
     from .e2e import CONFIGS
 
     e.add_argument("--configs", nargs="+", default=None, metavar="NAME",
-                   help=f"layer-stack configurations (default all): {', '.join(CONFIGS)}")
-    e.add_argument("--tokens", nargs="+", type=int, default=[8192, 32768], help="prefill lengths (default 8192 32768)")
+                   help=(f"layer-stack configurations (default all): {', '.join(CONFIGS)}. The -softplus ones "
+                         "use fla's unbounded softplus gate (Kimi-Linear-48B as trained), which fla does not "
+                         "dispatch: flash-kda enters through flash_kda.chunk_kda in place of fla's chunk_kda"))
+    e.add_argument("--tokens", nargs="+", type=_tokens, default=[8192, 32768], metavar="T",
+                   help="prefill lengths in tokens, e.g. 8192 or 8K, 32K (= 32768) (default 8192 32768)")
     e.add_argument("--layers", type=int, default=None, help="layers per stack (default per config)")
     e.add_argument("--e2e-reps", type=int, default=7, help="timed forwards per variant (default 7)")
     e.add_argument("--mlp", choices=["both", "with", "without"], default="both",
                    help="stacks with the MLPs, without (KDA sublayers alone), or both (default)")
     return p
+
+
+def _tokens(text):
+    """--tokens: 8192, or 8K / 32K (x 1024)."""
+    from .e2e import parse_tokens
+
+    try:
+        return parse_tokens(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _report_parser():
@@ -162,6 +176,13 @@ def main(argv=None):
     if any(t < 65 for t in args.tokens):
         parser.error("--tokens must be > 64 (shorter prefills take fla's recurrent path)")
 
+    if args.configs and args.configs != ["all"]:
+        from .e2e import CONFIGS
+
+        unknown = [c for c in args.configs if c not in CONFIGS]
+        if unknown:
+            parser.error(f"unknown e2e config(s) {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
+
     device = _device(args.device)
     if "e2e" in parts:
         from .e2e import unavailable
@@ -187,13 +208,6 @@ def main(argv=None):
             C.select(args.acc_cases, C.ACCURACY_CASES)
         except ValueError as e:
             parser.error(str(e))
-    if args.configs and args.configs != ["all"]:
-        from .e2e import CONFIGS
-
-        unknown = [c for c in args.configs if c not in CONFIGS]
-        if unknown:
-            parser.error(f"unknown e2e config(s) {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
-
     os.makedirs(args.out, exist_ok=True)
     json_path = args.json or os.path.join(args.out, "bench.json")
     meta = report.collect_meta(device, argv)

@@ -6,18 +6,28 @@ q/k/v projections, short convolutions, f/g low-rank projections, the KDA op, gat
 -> residual, then, in the "+ MLP" stacks (--mlp with|both), fused add+RMSNorm -> GatedMLP (SwiGLU)
 -> residual. The MLP is dense with the width of the model's activated MoE experts (routed +
 shared), standing in for the MoE's arithmetic (not its routing); the "KDA only" stacks leave it out.
-The real models also hold full-attention (MLA) layers, which neither stack has. Weights are random (nn.Linear's default initialisation);
-the KDA layers use the safe gate with lower_bound = -5 (the gate fla dispatches to flash-kda).
+The real models also hold full-attention (MLA) layers, which neither stack has. Weights are random
+(nn.Linear's default initialisation; A_log and dt_bias as fla initialises them, kept in fp32).
+
+The gate of a configuration ("gate" in CONFIGS) decides how flash-kda gets into the stack:
+  safe      the KDA layers use the safe gate with lower_bound = -5, the gate fla dispatches to
+            flash-kda by itself (its FlashKDA backend, flash_kda.fwd);
+  softplus  the KDA layers use fla's unbounded gate -exp(A_log) * softplus(g + dt_bias) (safe_gate
+            False, lower_bound None: Kimi-Linear-48B-A3B as trained), which fla's dispatch does not
+            send to flash-kda; the layers' chunk_kda is replaced by flash_kda.chunk_kda, called with
+            the same arguments (what a Kimi-Linear user does, docs/torch.md "Kimi-Linear").
 
 Three variants of the same stack on the same input, interleaved rep by rep, under
 torch.inference_mode():
   fla        FLA_FLASH_KDA=0: fla's Triton chunk_kda;
-  flash-kda  FLA_FLASH_KDA=1: fla's own dispatch to flash_kda.fwd (its FlashKDA backend); the calls
-             are counted, so a stack that silently stayed on Triton is reported as an error;
+  flash-kda  safe: FLA_FLASH_KDA=1, fla's own dispatch to flash_kda.fwd; softplus: flash_kda.chunk_kda
+             in place of fla's chunk_kda. The calls of flash-kda are counted in every variant, so a
+             stack that silently stayed on Triton (or a fla variant that did not) is reported as an
+             error;
   no-op      chunk_kda replaced by a function returning an uninitialised tensor of its output's
              shape: the rest of the stack.
-Then, on the KDA op's inputs captured from the first layer: the op alone through fla's chunk_kda
-with FLA_FLASH_KDA=0 and =1 (eager, as the layer calls it).
+Then, on the KDA op's inputs captured from the first layer: the op alone as the fla and the
+flash-kda variants call it (eager, as the layer calls it).
 
   f        = (t_fla - t_noop) / t_fla          the KDA op's share of the stack's time (fla)
   s        = t_op_fla / t_op_flash_kda         the kernel speedup
@@ -29,18 +39,62 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 
 from .cases import LOWER_BOUND
 from .timing import Progress, summarize, time_cuda
 
 CONFIGS = {
     "kimi-linear": dict(
-        hidden=2304, heads=32, head_dim=128, intermediate=9216, layers=4,
+        hidden=2304, heads=32, head_dim=128, intermediate=9216, layers=4, gate="safe",
         what="Kimi-Linear-48B-A3B-like: hidden 2304, 32 KDA heads x 128; MLP 9216 = (8 routed + 1 shared) x 1024"),
+    "kimi-linear-softplus": dict(
+        hidden=2304, heads=32, head_dim=128, intermediate=9216, layers=4, gate="softplus",
+        what=("Kimi-Linear-48B-A3B-like with its trained gate, the unbounded softplus gate (no lower bound; "
+              "A_log = log U(1, 16) as fla initialises it): hidden 2304, 32 KDA heads x 128; MLP 9216; "
+              "flash-kda through flash_kda.chunk_kda")),
     "k3-shard": dict(
-        hidden=7168, heads=96, head_dim=128, intermediate=18432, layers=2,
+        hidden=7168, heads=96, head_dim=128, intermediate=18432, layers=2, gate="safe",
         what="Kimi-K3-like shard: 96 KDA heads x 128 on one GPU, hidden 7168; MLP 18432 = (8 + 1) x 2048"),
 }
+
+# The gate forms of the stacks: fla.layers.kda.KimiDeltaAttention's arguments, and how the flash-kda
+# variant reaches flash-kda (`route`, recorded in each row): "fla-dispatch", fla's own dispatch to
+# flash_kda.fwd (FLA_FLASH_KDA=1); "chunk_kda", flash_kda.chunk_kda in place of fla's chunk_kda.
+GATES = {
+    "safe": dict(safe_gate=True, lower_bound=LOWER_BOUND, route="fla-dispatch"),
+    "softplus": dict(safe_gate=False, lower_bound=None, route="chunk_kda"),
+}
+MODES = ("fla", "flash-kda", "no-op")
+
+
+def parse_tokens(text):
+    """A prefill length from the command line: '8192', or with a K suffix '8K' / '32k' (x 1024)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([kK]?)\s*", str(text))
+    if not m:
+        raise ValueError(f"{text!r}: expected a number of tokens, e.g. 8192 or 8K")
+    return int(m.group(1)) * (1024 if m.group(2) else 1)
+
+
+def _noop(**kw):
+    """The no-op variant's KDA op: an uninitialised tensor of the output's shape, no final state."""
+    return kw["v"].new_empty(kw["v"].shape), None
+
+
+def routes(gate, fla_chunk_kda, flash_kda_chunk_kda):
+    """What the KDA layers of each variant call, and FLA_FLASH_KDA while they do: {mode: (env,
+    function)}. `fla_chunk_kda`: fla's chunk_kda (its dispatch decides on FLA_FLASH_KDA);
+    `flash_kda_chunk_kda`: flash-kda's (flash_kda.chunk_kda, or a wrapper counting its calls)."""
+    if gate not in GATES:
+        raise ValueError(f"gate {gate!r}: expected one of {', '.join(GATES)}")
+    ours = ("1", fla_chunk_kda) if GATES[gate]["route"] == "fla-dispatch" else ("0", flash_kda_chunk_kda)
+    return {"fla": ("0", fla_chunk_kda), "flash-kda": ours, "no-op": ("0", _noop)}
+
+
+def expected_calls(cfg):
+    """flash-kda calls per forward of each variant when the stack runs as meant: one per layer in the
+    flash-kda variant, none in the others (the fla variant is fla's Triton path)."""
+    return {"fla": 0, "flash-kda": cfg["layers"], "no-op": 0}
 
 
 def unavailable():
@@ -67,13 +121,15 @@ def _build(torch, cfg, device="cuda"):
     from fla.layers.kda import KimiDeltaAttention
     from fla.modules import GatedMLP, RMSNorm
 
+    gate = GATES[cfg.get("gate", "safe")]
+
     class Block(torch.nn.Module):
         def __init__(self, idx):
             super().__init__()
             self.attn_norm = RMSNorm(cfg["hidden"], eps=1e-6)
             self.attn = KimiDeltaAttention(
                 hidden_size=cfg["hidden"], head_dim=cfg["head_dim"], num_heads=cfg["heads"], mode="chunk",
-                use_short_conv=True, safe_gate=True, lower_bound=LOWER_BOUND, layer_idx=idx)
+                use_short_conv=True, safe_gate=gate["safe_gate"], lower_bound=gate["lower_bound"], layer_idx=idx)
             self.mlp_norm = RMSNorm(cfg["hidden"], eps=1e-6)
             self.mlp = GatedMLP(hidden_size=cfg["hidden"], intermediate_size=cfg["intermediate"],
                                 hidden_act="swish", fuse_swiglu=True)
@@ -97,10 +153,12 @@ def _build(torch, cfg, device="cuda"):
                 x = block(x)
             return x
 
-    model = Stack().to(device=device, dtype=torch.bfloat16).eval()
-    for block in model.blocks:  # the gate's parameters stay fp32, as fla creates them
-        block.attn.A_log.data = block.attn.A_log.data.float()
-        block.attn.dt_bias.data = block.attn.dt_bias.data.float()
+    model = Stack()
+    gate_params = [(b.attn.A_log.data.clone(), b.attn.dt_bias.data.clone()) for b in model.blocks]
+    model = model.to(device=device, dtype=torch.bfloat16).eval()
+    for block, (A_log, dt_bias) in zip(model.blocks, gate_params):  # fp32, the values fla initialised
+        block.attn.A_log.data = A_log.to(device)
+        block.attn.dt_bias.data = dt_bias.to(device)
     return model
 
 
@@ -147,6 +205,7 @@ def run(config_names=None, tokens=(8192, 32768), layers=None, reps=7, mlp=("with
 
 def _measure(torch, model, x, cfg, name, mlp, reps, bar):
     """One stack on one input: the three variants, the op alone, f, s, Amdahl, measured."""
+    import flash_kda
     from fla.ops.kda import chunk_kda as dispatched_chunk_kda
 
     from .speed import count_fwd_calls
@@ -154,40 +213,46 @@ def _measure(torch, model, x, cfg, name, mlp, reps, bar):
     kda_mod = importlib.import_module("fla.layers.kda")
     T = x.shape[1]
     tag = f"{name} T={T} {'+mlp' if mlp else 'kda only'}"
+    gate = cfg.get("gate", "safe")
     saved_env = os.environ.get("FLA_FLASH_KDA")
     captured = {}
+    chunk_calls = [0]
+
+    def ours_chunk_kda(**kw):  # flash_kda.chunk_kda, counted
+        chunk_calls[0] += 1
+        return flash_kda.chunk_kda(**kw)
+
+    route = routes(gate, dispatched_chunk_kda, ours_chunk_kda)
 
     def capture(**kw):
         if not captured:
             captured.update(kw)
         return dispatched_chunk_kda(**kw)
 
-    def noop(**kw):
-        return torch.empty_like(kw["v"]), None
-
     def forward(mode):
-        os.environ["FLA_FLASH_KDA"] = "0" if mode == "fla" else "1"
-        kda_mod.chunk_kda = noop if mode == "no-op" else dispatched_chunk_kda
+        os.environ["FLA_FLASH_KDA"], kda_mod.chunk_kda = route[mode]
         with torch.inference_mode():
             return model(x)
 
     def op_call(mode):
-        os.environ["FLA_FLASH_KDA"] = "0" if mode == "fla" else "1"
+        os.environ["FLA_FLASH_KDA"], fn = route[mode]
         with torch.inference_mode():
-            return dispatched_chunk_kda(**captured)
+            return fn(**captured)
 
-    modes = ("fla", "flash-kda", "no-op")
+    modes = MODES
     times = {m: [] for m in modes}
     calls = {}
     try:
-        # warm-up (fla autotunes here) and the dispatch check: flash_kda.fwd calls per forward
+        # warm-up (fla autotunes here) and the dispatch check: flash-kda calls per forward (of
+        # flash_kda.fwd, as fla's backend calls it, and of flash_kda.chunk_kda by the layers)
         for m in modes:
             bar.step(f"{tag}: warm-up {m}")
+            chunk_calls[0] = 0
             with count_fwd_calls() as n_calls:
                 forward(m)
                 forward(m)
                 torch.cuda.synchronize()
-            calls[m] = n_calls[0] // 2
+            calls[m] = (n_calls[0] + chunk_calls[0]) // 2
         # the op's inputs, from the first layer
         os.environ["FLA_FLASH_KDA"] = "0"
         kda_mod.chunk_kda = capture
@@ -208,7 +273,7 @@ def _measure(torch, model, x, cfg, name, mlp, reps, bar):
         ref = o_fla.float()
         ours_vs_fla = float((o_ours.float() - ref).norm() / ref.norm())
         del o_fla, o_ours, ref
-        verdict = _why_not_dispatched(torch, captured) if calls["flash-kda"] == 0 else None
+        verdict = _verdict(torch, cfg, calls, captured)
     finally:
         kda_mod.chunk_kda = dispatched_chunk_kda
         if saved_env is None:
@@ -223,15 +288,36 @@ def _measure(torch, model, x, cfg, name, mlp, reps, bar):
     row = dict(
         config=name, what=cfg["what"], hidden=cfg["hidden"], heads=cfg["heads"], head_dim=cfg["head_dim"],
         mlp=mlp, intermediate=cfg["intermediate"] if mlp else None, layers=cfg["layers"], tokens=T,
+        gate=gate, lower_bound=GATES[gate]["lower_bound"], route=GATES[gate]["route"],
         stack=stack, op=op, t_fla_ms=t_fla, t_flash_kda_ms=t_ours, t_noop_ms=t_noop,
         f=f, f_from_op=cfg["layers"] * op["fla"]["median_ms"] / t_fla, s=s,
         amdahl=1.0 / (1.0 - f + f / s), measured=t_fla / t_ours,
         flash_kda_calls_per_forward=calls, ours_vs_fla_out_rel=ours_vs_fla,
-        dispatch_ok=calls["flash-kda"] == cfg["layers"] and calls["fla"] == 0 and calls["no-op"] == 0,
+        dispatch_ok=calls == expected_calls(cfg),
     )
     if verdict:
         row["dispatch_rejected"] = verdict
     return row
+
+
+def _verdict(torch, cfg, calls, captured):
+    """Why the flash-kda calls per forward are not the expected ones (None when they are)."""
+    want = expected_calls(cfg)
+    if calls == want:
+        return None
+    if GATES[cfg.get("gate", "safe")]["route"] == "fla-dispatch":
+        if calls["flash-kda"] == 0:
+            return _why_not_dispatched(torch, captured)
+        return f"flash-kda calls per forward {calls}, expected {want}"
+    why = []
+    if calls["fla"]:
+        why.append(f"fla's dispatch sent the {cfg['gate']} gate to flash-kda ({calls['fla']} calls a forward): "
+                   "the fla variant is not fla's Triton path")
+    if calls["flash-kda"] != want["flash-kda"]:
+        why.append(f"flash_kda.chunk_kda ran {calls['flash-kda']} times a forward, expected {want['flash-kda']}")
+    if calls["no-op"]:
+        why.append(f"the no-op variant called flash-kda {calls['no-op']} times a forward")
+    return "; ".join(why)
 
 
 def _why_not_dispatched(torch, kw):
@@ -247,10 +333,10 @@ def _why_not_dispatched(torch, kw):
 
 
 def _line(r):
-    text = (f"{r['config']:<12s} T={r['tokens']:<6d} L={r['layers']} {'+mlp' if r['mlp'] else 'kda '}  stack fla {r['t_fla_ms']:8.2f} ms  "
+    text = (f"{r['config']:<20s} T={r['tokens']:<6d} L={r['layers']} {'+mlp' if r['mlp'] else 'kda '}  stack fla {r['t_fla_ms']:8.2f} ms  "
             f"flash-kda {r['t_flash_kda_ms']:8.2f} ms  no-op {r['t_noop_ms']:8.2f} ms | f {r['f']:.3f}  "
             f"s {r['s']:.2f}  Amdahl {r['amdahl']:.3f}x  measured {r['measured']:.3f}x")
     if not r["dispatch_ok"]:
-        text += (f"  DISPATCH FAILED (flash_kda.fwd calls per forward: {r['flash_kda_calls_per_forward']}"
+        text += (f"  DISPATCH FAILED (flash-kda calls per forward: {r['flash_kda_calls_per_forward']}"
                  f"; {r.get('dispatch_rejected', '')})")
     return text

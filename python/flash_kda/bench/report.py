@@ -358,29 +358,57 @@ def md_accuracy(part):
     return "\n".join(out) + "\n\n" + note
 
 
+def e2e_gate(row):
+    """The gate of an e2e row: "safe" (lower_bound -5, fla's dispatch) or "softplus" (flash_kda.chunk_kda);
+    rows of older results files, from before the softplus stacks, are all "safe"."""
+    return row.get("gate", "safe")
+
+
+# How the flash-kda variant of an e2e row reached flash-kda (its "route"), as the table says it.
+E2E_ROUTES = {"fla-dispatch": "fla's dispatch", "chunk_kda": "`flash_kda.chunk_kda`"}
+
+
+def _e2e_route(row):
+    return row.get("route", "fla-dispatch")
+
+
 def md_e2e(part):
     rows = part["rows"]
-    head = ["model", "stack", "tokens", "fla ms", "flash-kda ms", "no-op ms", "f", "s (op)", "Amdahl",
-            "measured", "dispatch"]
+    head = ["model", "gate", "stack", "tokens", "fla ms", "flash-kda ms", "no-op ms", "f", "s (op)", "Amdahl",
+            "measured", "flash-kda calls"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         stack = f"{r['layers']} × (KDA" + (f" + MLP {r['intermediate']})" if r["mlp"] else ")")
         calls = r["flash_kda_calls_per_forward"]
-        disp = "ok" if r["dispatch_ok"] else f"**FAILED** ({calls}; {r.get('dispatch_rejected', '')})"
+        route = E2E_ROUTES.get(_e2e_route(r), _e2e_route(r))
+        disp = (f"ok ({route})" if r["dispatch_ok"]
+                else f"**FAILED** ({route}: {calls}; {r.get('dispatch_rejected', '')})")
+        gate = "softplus (no bound)" if e2e_gate(r) == "softplus" else "safe (−5)"
         out.append("| " + " | ".join([
-            f"`{r['config']}` (hidden {r['hidden']}, {r['heads']}×{r['head_dim']})", stack, str(r["tokens"]),
+            f"`{r['config']}` (hidden {r['hidden']}, {r['heads']}×{r['head_dim']})", gate, stack, str(r["tokens"]),
             _f(r["t_fla_ms"], "{:.2f}"), _f(r["t_flash_kda_ms"], "{:.2f}"), _f(r["t_noop_ms"], "{:.2f}"),
             _f(r["f"]), _f(r["s"], "{:.2f}×"), _f(r["amdahl"], "{:.3f}×"), f"**{r['measured']:.3f}×**", disp,
         ]) + " |")
     whats = {r["config"]: r["what"] for r in rows}
-    note = ("Prefill of one sequence through a stack of fla's KDA layers (`fla.layers.KimiDeltaAttention`, safe gate, "
-            "lower_bound −5, random weights, bf16) with pre-norm and residuals as in fla's `KDABlock`; “+ MLP” adds "
-            "its SwiGLU MLP, dense with the width of the activated MoE experts. fla = fla's Triton `chunk_kda` "
-            "(FLA_FLASH_KDA=0); flash-kda = fla's own dispatch to `flash_kda.fwd` (calls counted: “dispatch ok” "
-            "means one call per layer); no-op = the KDA op replaced by an empty tensor of its output's shape. "
-            "Medians of interleaved forwards under `torch.inference_mode()`. f = (fla − no-op) ÷ fla, the op's "
-            "share; s = the op alone on the first layer's real inputs, fla ÷ flash-kda; Amdahl = 1 ÷ (1 − f + f ÷ s); "
-            "measured = fla ÷ flash-kda for the whole stack.\n\n" + "\n".join(f"- `{k}`: {v}" for k, v in whats.items()))
+    gates = {e2e_gate(r) for r in rows}
+    note = ("Prefill of one sequence through a stack of fla's KDA layers (`fla.layers.KimiDeltaAttention`, random "
+            "weights, bf16) with pre-norm and residuals as in fla's `KDABlock`; “+ MLP” adds its SwiGLU MLP, dense "
+            "with the width of the activated MoE experts. fla = fla's Triton `chunk_kda` (FLA_FLASH_KDA=0); "
+            "no-op = the KDA op replaced by an empty tensor of its output's shape. ")
+    if "safe" in gates:
+        note += ("Safe gate (−5): the layers' safe gate with lower_bound −5, which fla dispatches to flash-kda by "
+                 "itself: flash-kda = fla's own dispatch to `flash_kda.fwd` (FLA_FLASH_KDA=1). ")
+    if "softplus" in gates:
+        note += ("Softplus (no bound): fla's unbounded gate −exp(A_log)·softplus(g + dt_bias) of Kimi-Linear-48B "
+                 "(`safe_gate=False`, `lower_bound=None`, A_log and dt_bias as fla initialises them), which fla's "
+                 "dispatch does not send to flash-kda: flash-kda = the layers' `chunk_kda` replaced by "
+                 "`flash_kda.chunk_kda`, called with the same arguments. ")
+    note += ("flash-kda calls: flash-kda's calls per forward are counted in every variant; “ok” means one per "
+             "layer in the flash-kda variant and none in the others (the fla variant ran fla's Triton path). "
+             "Medians of interleaved forwards under `torch.inference_mode()`. f = (fla − no-op) ÷ fla, the op's "
+             "share; s = the op alone on the first layer's real inputs, fla ÷ flash-kda; "
+             "Amdahl = 1 ÷ (1 − f + f ÷ s); measured = fla ÷ flash-kda for the whole stack.\n\n"
+             + "\n".join(f"- `{k}`: {v}" for k, v in whats.items()))
     return "\n".join(out) + "\n\n" + note
 
 
@@ -426,9 +454,12 @@ def md_summary(parts):
     e2 = parts.get("e2e")
     if e2 and e2["rows"]:
         for r in e2["rows"]:
-            lines.append(f"- end-to-end, {r['config']} {'+ MLP' if r['mlp'] else 'KDA only'}, {_tokens(r['tokens'])} "
-                         f"tokens: measured {r['measured']:.3f}× (Amdahl {r['amdahl']:.3f}× from f = {r['f']:.3f}, "
-                         f"s = {r['s']:.2f}×)" + ("" if r["dispatch_ok"] else " — **dispatch failed**"))
+            gate = " (softplus gate)" if e2e_gate(r) == "softplus" else ""
+            failed = (" — **dispatch failed**" if _e2e_route(r) == "fla-dispatch"
+                      else " — **flash-kda calls not as expected**")
+            lines.append(f"- end-to-end, {r['config']}{gate} {'+ MLP' if r['mlp'] else 'KDA only'}, "
+                         f"{_tokens(r['tokens'])} tokens: measured {r['measured']:.3f}× (Amdahl {r['amdahl']:.3f}× "
+                         f"from f = {r['f']:.3f}, s = {r['s']:.2f}×)" + ("" if r["dispatch_ok"] else failed))
     return "\n".join(lines)
 
 

@@ -1,8 +1,7 @@
 // Producer role of the sm90 forward: turns raw chunk tiles into everything the state update needs.
 //
 // Per chunk of 16 tokens (t, s index tokens, c channels; G_t = sum_{u<=t} a_u in base 2):
-//   P1  norms:   rq_t = scale / ||q_t|| (1 / ||q_t|| for the preparation pass, whose M carries
-//                the scale), rk_t = 1 / ||k_t||, beta_t = sigmoid(beta_t)
+//   P1  norms:   rq_t = scale / ||q_t||, rk_t = 1 / ||k_t||, beta_t = sigmoid(beta_t)
 //                (allow_neg_eigval: 2 sigmoid(beta_t))
 //   P2  gates:   a_t = lower_bound * sigmoid(exp(A_log) (g_t + dt_bias)) (no A_log: rate 1), G_t,
 //                and the tiles
@@ -285,7 +284,7 @@ struct KdaProducer {
     if (part == 0) {
       // eps inside the square root, as the contract specifies (not a clamp of the norm);
       // rsqrt.approx is within 2 ulp.
-      grp.rq[t] = (Tr::kScaleInQ ? a.scale : 1.f) * rsqrtf(ssq_q + 1e-6f);
+      grp.rq[t] = a.scale * rsqrtf(ssq_q + 1e-6f);
       grp.rk[t] = rsqrtf(ssq_k + 1e-6f);
     }
     // beta_scale is 1, or 2 with allow_neg_eigval (an exact doubling; docs/kernel.md, numerics).

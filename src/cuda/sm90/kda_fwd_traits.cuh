@@ -165,7 +165,6 @@ struct KdaFwdTraits : KdaDims {
   static constexpr int kProducerGroups = 2;
   static constexpr bool kLoadV = true;         // the producer stages this CTA's v columns
   static constexpr bool kShiftedGrid = false;  // never runs with checkpoints: WorkUnit::shift is 0
-  static constexpr bool kScaleInQ = true;      // q_tilde carries the output scale (the consumers read it as is)
   static constexpr int kProducerWarps = kProducerGroups * kGroupThreads / 32;
   static constexpr int kThreads = 32 * (kProducerWarps + kConsumerWarps);
   // Threads taking part in one FULL/EMPTY hand-off: the chunk's producer group and the consumers.
@@ -196,7 +195,6 @@ struct KdaFwdTraits : KdaDims {
 // consecutive chunks of one (sequence, value head) into the workspace (KdaPrepared).
 struct KdaPrepTraits : KdaDims {
   static constexpr int kVRows = 0;
-  static constexpr bool kScaleInQ = false;  // q_hat is stored without the output scale (M carries it)
   static constexpr bool kLoadV = false;
   static constexpr bool kShiftedGrid = true;  // WorkUnit::shift may be nonzero (checkpoints)
   static constexpr int kProducerGroups = 1;

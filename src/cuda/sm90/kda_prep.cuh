@@ -12,12 +12,11 @@
 namespace flash_kda::cuda::sm90 {
 
 // The preparation pass's sink: k_tilde and q_tilde also go to shared memory (the A and M products
-// read them there), everything else straight from registers to the workspace. q_hat comes without
-// the output scale (KdaPrepTraits::kScaleInQ), M gets it here.
+// read them there), everything else straight from registers to the workspace.
 struct WorkspaceSink {
   KdaPrepTraits::Tiles& tl;
   unsigned char* dst;  // this chunk's KdaPrepared
-  float scale;
+  float inv_scale;     // q_hat is stored without the output scale
 
   __device__ const float (*k_tilde() const)[KdaDims::kPitchKI] { return tl.k_tilde; }
   __device__ const float (*q_tilde() const)[KdaDims::kPitchKI] { return tl.q_tilde; }
@@ -34,7 +33,8 @@ struct WorkspaceSink {
     *reinterpret_cast<__half2*>(dst + KdaPrepared::kKTilde + at) =
         odd ? __floats2half2_rn(k_other, k[1]) : __floats2half2_rn(k[0], k_other);
     *reinterpret_cast<__half2*>(dst + KdaPrepared::kQHat + at) =
-        odd ? __floats2half2_rn(q_other, q[1]) : __floats2half2_rn(q[0], q_other);
+        odd ? __floats2half2_rn(q_other * inv_scale, q[1] * inv_scale)
+            : __floats2half2_rn(q[0] * inv_scale, q_other * inv_scale);
   }
   __device__ void k_dec(int c, const float (&kd)[KdaDims::kChunk]) const {
     uint32_t h[KdaDims::kChunk / 2];
@@ -54,7 +54,7 @@ struct WorkspaceSink {
   }
   __device__ void neg_v(int, const float (&)[KdaDims::kChunk]) const {}
   __device__ void m(int t, int s, float x) const {
-    reinterpret_cast<float*>(dst + KdaPrepared::kM)[KdaPrepared::square_word(t, s)] = ptx::round_tf32(x * scale);
+    reinterpret_cast<float*>(dst + KdaPrepared::kM)[KdaPrepared::square_word(t, s)] = ptx::round_tf32(x);
   }
   __device__ void neg_t(int t, int s, float x) const {
     reinterpret_cast<float*>(dst + KdaPrepared::kNegT)[KdaPrepared::square_word(t, s)] = ptx::round_tf32(x);
@@ -83,11 +83,12 @@ __global__ void __launch_bounds__(KdaPrepTraits::kThreads, KdaPrepTraits::kCtasP
   if (w.skip) return;  // a padding sequence is never read
   const int nchunks = int(chunk_count(w.len, w.shift));
   const int c0 = int(block) * p.prep_chunks, c1 = min(c0 + p.prep_chunks, nchunks);
+  const float inv_scale = a.scale != 0.f ? 1.f / a.scale : 0.f;
   unsigned char* base = prepared_chunk(p, a.heads_v, n, hv, 0);
   const int64_t stride = int64_t(a.heads_v) * KdaPrepared::kBytes;
   KdaProducer<Tr, kSoftplus> producer(a, w, sm.group, 0, threadIdx.x);
   producer.run_chunks(
-      c0, 1, c1, [&](int i) { return WorkspaceSink{sm.tiles, base + i * stride, a.scale}; }, [](int) {}, [](int) {});
+      c0, 1, c1, [&](int i) { return WorkspaceSink{sm.tiles, base + i * stride, inv_scale}; }, [](int) {}, [](int) {});
 }
 
 }  // namespace flash_kda::cuda::sm90

@@ -525,26 +525,21 @@ struct KdaConsumer {
 
   // A rare tf32 step runs out of line on a copy of S (and xq), so that it shapes neither the fast
   // path's registers nor its code (with 8 consumer warps a thread has 168 registers).
+  template <int kRows>
+  __device__ __forceinline__ static void copy(float (&dst)[kRows][4], const float (&src)[kRows][4]) {
+#pragma unroll
+    for (int j = 0; j < kRows; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) dst[j][r] = src[j][r];
+  }
   template <class Step>
   __device__ __forceinline__ static void rare_path(float (&S)[kTiles][4], float (&xq)[2][4], Step step) {
     float s_copy[kTiles][4], xq_copy[2][4];
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) s_copy[j][r] = S[j][r];
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) xq_copy[n][r] = xq[n][r];
+    copy(s_copy, S);
+    copy(xq_copy, xq);
     step(s_copy, xq_copy);
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) S[j][r] = s_copy[j][r];
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) xq[n][r] = xq_copy[n][r];
+    copy(S, s_copy);
+    copy(xq, xq_copy);
   }
 
   // Walk chunk i: S from the state before chunk io.chunk0 + i to the state after it, out written.
@@ -566,10 +561,7 @@ struct KdaConsumer {
         } else {
           rare_path(S, xq, [&](float(&s_copy)[kTiles][4], float(&xq_copy)[2][4]) {
             float u_copy[2][4];  // (u itself stays in registers)
-#pragma unroll
-            for (int n = 0; n < 2; ++n)
-#pragma unroll
-              for (int r = 0; r < 4; ++r) u_copy[n][r] = u[n][r];
+            copy(u_copy, u);
             ChunkMath<Tr, View>::template tf32_finish_out_of_line<kOut>(m, st, s_copy, xq_copy, u_copy);
           });
         }

@@ -11,7 +11,7 @@
 //                            (extreme gates included), decode with every form and extreme softplus
 //                            gates
 //   kda_gpu_check check-decode   the decode checks alone
-//   kda_gpu_check sanitize   small varlen forward and decode cases (compute-sanitizer memcheck / racecheck)
+//   kda_gpu_check sanitize   small varlen forward, decode and checkpoint cases (compute-sanitizer memcheck / racecheck)
 //   kda_gpu_check bench [--reps N] [--json FILE] [--ckpt I] [case ...]
 //                            the benchmark's prefill cases: median time, copy floor in the same run;
 //                            --ckpt I: with prefix-cache checkpoints every I tokens (the cost of them)
@@ -2156,6 +2156,15 @@ int run_sanitize() {
     bool written2 = false;
     run_backend(c, h2, Backend::kCuda, &written2);
     run_prefill_pool_case(pool_cases().front());  // pool indexing, padding, out-of-range slot
+    // Checkpoints on a sequence long enough (2,000 tokens) that the recurrence kernel's ring of
+    // stages wraps many times in the instantiation with checkpoints (its piecewise walk).
+    for (const CkptCase& k : ckpt_cases()) {
+      if (k.base.name != "ckpt I=1024 start 1000") continue;
+      const Host hk = make_inputs(k.base);
+      const CkptSetup sk = make_ckpt_setup(k, hk);
+      const CkptResult got = run_ckpt(k, hk, sk, Backend::kCuda);
+      all_written = all_written && got.status.ok();
+    }
     all_written = all_written && written && written2;
   }
   g_plan = PlanChoice{"auto"};

@@ -21,7 +21,7 @@
 namespace {
 
 constexpr int64_t kHeads = 4;  // H = HV
-constexpr int64_t kDim = 128;  // K = V = 128 (the CUDA kernels' size)
+constexpr int64_t kDim = 128;  // K = V = 128 (the CUDA kernels run 128 and 64)
 const std::vector<int64_t> kLengths = {300, 77};
 
 // Exits with the call's message when a flash-kda call failed.

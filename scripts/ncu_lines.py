@@ -15,7 +15,7 @@ import sys
 from collections import defaultdict
 
 ROLES = [("producer", "kda_fwd_producer"), ("consumer", "kda_fwd_consumer"), ("loader", "kda_rec"),
-         ("chain", "kda_plan_kernels"),
+         ("chain", "kda_chain"),
          ("scheduler", "kda_fwd_scheduler"), ("ptx helpers", "ptx.cuh"), ("kernel", "kda_fwd_kernel")]
 
 

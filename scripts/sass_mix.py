@@ -1,13 +1,14 @@
 """Static instruction mix of the sm90 forward kernel, per source function: no GPU needed.
 
-    python scripts/sass_mix.py [OBJECT] [--kernel 1|2|4|8] [--top 12]
+    python scripts/sass_mix.py [OBJECT] [--dim 128|64] [--kernel 1|2|4|8] [--top 12]
 
 Needs:
   * a CUDA build of the library (nvcc, no GPU), which compiles the kernel with -lineinfo:
         cmake -S . -B build-cuda -G Ninja -DFLASH_KDA_BUILD_TESTS=OFF
         cmake --build build-cuda --target flash_kda
-    OBJECT is its kda_fwd_sm90.cu.o; by default the newest one under build*/ (build-cuda/, the
-    build/test/ of scripts/test.sh, a pip build folder);
+    OBJECT is its kda_fwd_sm90.cu.o (K = V = 128; kda_fwd64_sm90.cu.o with --dim 64); by default
+    the newest one under build*/ (build-cuda/, the build/test/ of scripts/test.sh, a pip build
+    folder);
   * cuobjdump and nvdisasm: from the CUDA toolkit (on PATH, or in $CUDA_HOME/bin or
     /usr/local/cuda/bin), or from PyPI: `pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`
     (they land in site-packages/nvidia/cu*/bin, where this script looks too).
@@ -32,7 +33,8 @@ import sysconfig
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OBJECT_IN_BUILD = os.path.join("CMakeFiles", "flash_kda.dir", "src", "cuda", "sm90", "kda_fwd_sm90.cu.o")
+OBJECT_DIR_IN_BUILD = os.path.join("CMakeFiles", "flash_kda.dir", "src", "cuda", "sm90")
+OBJECT_OF_DIM = {128: "kda_fwd_sm90.cu.o", 64: "kda_fwd64_sm90.cu.o"}  # the fused kernel per head dimension
 BUILD_COMMANDS = ("cmake -S . -B build-cuda -G Ninja -DFLASH_KDA_BUILD_TESTS=OFF && "
                   "cmake --build build-cuda --target flash_kda")
 KERNEL_FILES = ("kda_fwd_producer.cuh", "kda_fwd_consumer.cuh", "kda_fwd_scheduler.cuh", "kda_fwd_kernel.cuh")
@@ -46,10 +48,12 @@ CLASSES = [("shared", ("LDS", "STS", "LDSM", "ATOMS")), ("global", ("LDG", "STG"
                         "CALL", "RET", "YIELD"))]
 
 
-def default_object():
-    """The newest kda_fwd_sm90.cu.o of a CUDA build under the repository's build*/ folders."""
-    found = glob.glob(os.path.join(ROOT, "build*", OBJECT_IN_BUILD))
-    found += glob.glob(os.path.join(ROOT, "build*", "*", OBJECT_IN_BUILD))
+def default_object(dim):
+    """The newest kda_fwd_sm90.cu.o (dim 64: kda_fwd64_sm90.cu.o) of a CUDA build under the
+    repository's build*/ folders."""
+    in_build = os.path.join(OBJECT_DIR_IN_BUILD, OBJECT_OF_DIM[dim])
+    found = glob.glob(os.path.join(ROOT, "build*", in_build))
+    found += glob.glob(os.path.join(ROOT, "build*", "*", in_build))
     if not found:
         sys.exit("sass_mix.py: no CUDA build of the forward kernel under build*/. Build one (nvcc, no GPU "
                  f"needed), from the repository root:\n  {BUILD_COMMANDS}\nor pass the object file.")
@@ -105,13 +109,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("object", nargs="?", default=None,
                     help="kda_fwd_sm90.cu.o of a CUDA build (default: the newest under build*/)")
+    ap.add_argument("--dim", type=int, default=128, choices=(128, 64), help="the head dimension K = V (default 128)")
     ap.add_argument("--kernel", type=int, default=1, choices=(1, 2, 4, 8),
-                    help="the instantiation: consumer warps per CTA (default 1: the small-H shape)")
+                    help="the instantiation: consumer warps per CTA (default 1: the small-H shape; at most 4 "
+                         "with --dim 64)")
     ap.add_argument("--top", type=int, default=12)
     args = ap.parse_args()
     cuobjdump, nvdisasm = tool("cuobjdump"), tool("nvdisasm")
     if args.object is None:
-        args.object = default_object()
+        args.object = default_object(args.dim)
         print(f"object: {os.path.relpath(args.object, ROOT)}")
     elif not os.path.exists(args.object):
         sys.exit(f"sass_mix.py: {args.object}: not found. A CUDA build makes it:\n  {BUILD_COMMANDS}")
@@ -127,12 +133,12 @@ def main():
     for line in sass:
         m = re.match(r"\s*\.text\.(\S+):", line)
         if m:
-            active = f"KdaFwdTraitsILi{args.kernel}EE" in m.group(1) and "kda_fwd_kernel" in m.group(1)
+            active = f"KdaFwdTraitsILi{args.dim}ELi{args.kernel}EE" in m.group(1) and "kda_fwd_kernel" in m.group(1)
             continue
         if active:
             body.append(line)
     if not body:
-        sys.exit(f"no kda_fwd_kernel instantiation with {args.kernel} consumer warps in the object")
+        sys.exit(f"no kda_fwd_kernel instantiation with D = {args.dim} and {args.kernel} consumer warps in the object")
 
     # Before each run of instructions nvdisasm prints their inlining chain, one line per level,
     # innermost first, the kernel's own line last.
@@ -163,7 +169,7 @@ def main():
             per_fn[where][opclass(m.group(1))] += 1
     total = sum(sum(c.values()) for c in per_fn.values())
     cols = [c for c, _ in CLASSES] + ["other"]
-    print(f"kda_fwd_kernel<{args.kernel} consumer warps>: {total} SASS instructions")
+    print(f"kda_fwd_kernel<D = {args.dim}, {args.kernel} consumer warps>: {total} SASS instructions")
     print(f"{'function':<30}{'all':>6}" + "".join(f"{c:>8}" for c in cols))
     for fn, c in sorted(per_fn.items(), key=lambda x: -sum(x[1].values()))[:args.top]:
         print(f"{fn:<30}{sum(c.values()):>6}" + "".join(f"{c[k]:>8}" for k in cols))

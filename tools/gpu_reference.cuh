@@ -14,8 +14,8 @@ struct RecurrenceArgs {
   const __nv_bfloat16 *q, *k, *v, *g, *beta;
   const float *A_log, *dt_bias;  // A_log nullptr: rate 1 (the sigmoid gate only)
   const float* initial_state;    // fp32 or nullptr
-  float* final_state;            // fp32 [N, HV, 128, 128]
-  float* out;                    // fp32 [total tokens, HV, 128] (token index as in the inputs)
+  float* final_state;            // fp32 [N, HV, D, D]
+  float* out;                    // fp32 [total tokens, HV, D] (token index as in the inputs)
   const int64_t* starts;         // [N] first token (flat index over B*T)
   const int64_t* lens;           // [N]
   int H, HV;
@@ -28,11 +28,13 @@ struct RecurrenceArgs {
 // stays +Inf).
 __device__ inline float reference_softplus(float x) { return fmaxf(x, 0.f) + log1pf(expf(-fabsf(x))); }
 
-// One block of 128 threads per (sequence, value head); thread v owns state row v in shared memory.
+// One block of D threads per (sequence, value head); thread v owns state row v in shared memory.
+// D = K = V: 128 or 64.
+template <int D>
 __global__ void recurrence_kernel(RecurrenceArgs a) {
-  constexpr int D = 128;
+  constexpr int kWarps = D / 32;
   __shared__ float S[D][D + 1];
-  __shared__ float k_hat[D], q_hat[D], alpha[D], red[2][4];
+  __shared__ float k_hat[D], q_hat[D], alpha[D], red[2][kWarps];
   const int n = blockIdx.x / a.HV, hv = blockIdx.x % a.HV, hq = hv / (a.HV / a.H);
   const int v = threadIdx.x, lane = v & 31, warp = v >> 5;
   for (int c = 0; c < D; ++c)
@@ -52,8 +54,10 @@ __global__ void recurrence_kernel(RecurrenceArgs a) {
     const float x = __bfloat162float(a.g[(tok * a.HV + hv) * D + v]) + a.dt_bias[hv * D + v];
     alpha[v] = a.softplus_gate ? expf(-exp_a * reference_softplus(x)) : expf(a.lower_bound / (1.f + expf(-exp_a * x)));
     __syncthreads();
-    const float nq = sqrtf(red[0][0] + red[0][1] + red[0][2] + red[0][3] + 1e-6f);
-    const float nk = sqrtf(red[1][0] + red[1][1] + red[1][2] + red[1][3] + 1e-6f);
+    float sum_q = 0.f, sum_k = 0.f;
+    for (int w = 0; w < kWarps; ++w) sum_q += red[0][w], sum_k += red[1][w];
+    const float nq = sqrtf(sum_q + 1e-6f);
+    const float nk = sqrtf(sum_k + 1e-6f);
     q_hat[v] = qc / nq;
     k_hat[v] = kc / nk;
     __syncthreads();
@@ -73,6 +77,15 @@ __global__ void recurrence_kernel(RecurrenceArgs a) {
     __syncthreads();
   }
   for (int c = 0; c < D; ++c) a.final_state[((int64_t(n) * a.HV + hv) * D + v) * D + c] = S[v][c];
+}
+
+// The kernel for head dimension `dim` (128 or 64), one block per (sequence, value head).
+inline void launch_recurrence(const RecurrenceArgs& a, int dim, unsigned blocks) {
+  if (dim == 64) {
+    recurrence_kernel<64><<<blocks, 64>>>(a);
+  } else {
+    recurrence_kernel<128><<<blocks, 128>>>(a);
+  }
 }
 
 }  // namespace flash_kda::tools

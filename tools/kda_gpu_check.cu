@@ -2,7 +2,10 @@
 //
 //   kda_gpu_check check      correctness: SPEC edge cases against the float64 CPU reference, the
 //                            fp32 GPU recurrence against float64 on small cases, and BENCH cases
-//                            against the fp32 GPU recurrence; outputs poisoned before each call
+//                            against the fp32 GPU recurrence; outputs poisoned before each call.
+//                            The forward's cases (edge, softplus, checkpoint and pool cases) run
+//                            at K = V = 128 and again at 64 ("D=64 ..."), with BENCH cases of
+//                            both (fixed96_d64, fixed16_d64);
 //                            then decode (K = V = 128 and 64, T = 1..8, bf16/fp32 pools, padding,
 //                            speculative indices) against the float64 CPU reference, unused slots
 //                            checked byte for byte.
@@ -11,10 +14,13 @@
 //                            (extreme gates included), decode with every form and extreme softplus
 //                            gates
 //   kda_gpu_check check-decode   the decode checks alone
-//   kda_gpu_check sanitize   small varlen forward, decode and checkpoint cases (compute-sanitizer memcheck / racecheck)
+//   kda_gpu_check sanitize   small varlen forward, decode and checkpoint cases, K = V = 128 and 64
+//                            (compute-sanitizer memcheck / racecheck)
 //   kda_gpu_check bench [--reps N] [--json FILE] [--ckpt I] [case ...]
 //                            the benchmark's prefill cases: median time, copy floor in the same run;
-//                            --ckpt I: with prefix-cache checkpoints every I tokens (the cost of them)
+//                            then this tool's K = V = 64 cases (fixed96_d64, fixed16_d64,
+//                            fixed16_d64_sp); --ckpt I: with prefix-cache checkpoints every I
+//                            tokens (the cost of them)
 //   kda_gpu_check check-ckpt the prefix-cache checkpoint checks alone (also part of check)
 //   kda_gpu_check bench-decode [--reps N] [--json FILE] [case ...]
 //                            the benchmark's decode256_32 and B = 1..256, T = 1, 4, fp32/bf16 pools, H = 32,
@@ -57,7 +63,7 @@ using namespace flash_kda;
 
 namespace {
 
-constexpr int D = 128;  // K = V of the forward cases (the decode cases also run 64: DecodeCase::dim)
+constexpr int kDefaultDim = 128;  // K = V of a case unless it says otherwise (Case::dim, DecodeCase::dim: 128 or 64)
 
 // Extreme gates (docs/spec.md, "Gate forms"), set per sequence on value head 0 (rate 1 there) unless
 // said otherwise: with the softplus gate, kOneToken200 decays the even channels by e^-200 (fp32: 0)
@@ -84,7 +90,7 @@ struct Case {
   GateForm gate = GateForm::kSigmoid;
   bool no_A_log = false, neg_eigval = false;
   Extreme extreme = Extreme::kNone;
-  int dim = D;  // K = V
+  int dim = kDefaultDim;  // K = V: 128 or 64
 };
 
 bool default_form(const Case& c) { return c.gate == GateForm::kSigmoid && !c.no_A_log && !c.neg_eigval; }
@@ -94,7 +100,7 @@ struct Host {  // inputs and outputs of one case on the host
   std::vector<uint16_t> q, k, v, g, beta, out;
   std::vector<float> A_log, dt_bias, s0, s1;  // states kept as fp32 values
   std::vector<int64_t> cu;
-  int64_t dim = D;  // K = V
+  int64_t dim = kDefaultDim;  // K = V
 };
 
 std::mt19937_64& rng() {
@@ -210,7 +216,8 @@ std::vector<uint16_t> state_to_bf16(const std::vector<float>& s) {
 FwdParams make_params(const Case& c, const Host& h) {
   FwdParams p;
   p.batch = h.B, p.seqlen = h.T, p.heads = h.H, p.heads_v = h.HV;
-  p.scale = 1.f / std::sqrt(float(D));
+  p.head_dim_k = p.head_dim_v = h.dim;
+  p.scale = 1.f / std::sqrt(float(h.dim));
   p.lower_bound = c.lower_bound;
   p.gate = c.gate;
   p.allow_neg_eigval = c.neg_eigval;
@@ -287,7 +294,7 @@ std::vector<float> bf16_vec_to_float(const std::vector<uint16_t>& x) {
 Result run_backend(const Case& c, const Host& h, Backend backend, bool* all_written, Status* status = nullptr) {
   FwdParams p = make_params(c, h);
   p.backend = backend;
-  const int64_t tok = h.B * h.T;
+  const int64_t tok = h.B * h.T, D = h.dim;
   const size_t n_state = h.N * h.HV * D * D;
   const bool states = c.state != DType::kNone;
   const bool f32 = c.state == DType::kF32;
@@ -390,7 +397,7 @@ Result run_backend(const Case& c, const Host& h, Backend backend, bool* all_writ
 
 // fp32 GPU recurrence (contiguous inputs only).
 Result run_gpu_recurrence(const Case& c, const Host& h) {
-  const int64_t tok = h.B * h.T;
+  const int64_t tok = h.B * h.T, D = h.dim;
   std::vector<int64_t> starts(h.N), lens(h.N);
   for (int64_t n = 0; n < h.N; ++n) {
     starts[n] = h.cu.empty() ? n * h.T : h.cu[n];
@@ -414,7 +421,7 @@ Result run_gpu_recurrence(const Case& c, const Host& h) {
   a.lower_bound = c.lower_bound;
   a.softplus_gate = c.gate == GateForm::kSoftplus;
   a.allow_neg_eigval = c.neg_eigval;
-  tools::recurrence_kernel<<<unsigned(h.N * h.HV), D>>>(a);
+  tools::launch_recurrence(a, int(D), unsigned(h.N * h.HV));
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaDeviceSynchronize());
   Result r;
@@ -482,6 +489,7 @@ __global__ void count_nonfinite_bf16(const __nv_bfloat16* x, int64_t n, int* cou
 
 struct DeviceCase {  // a large case generated and kept on the device (contiguous, fp32 states)
   int64_t B, T, N, H, tok;
+  int64_t dim;  // K = V
   std::vector<int64_t> cu;
   __nv_bfloat16 *q, *k, *v, *g, *beta, *out;
   float *A_log, *dt_bias, *s0, *s1;
@@ -495,9 +503,10 @@ T* dev_alloc(size_t n) {
   return p;
 }
 
-DeviceCase make_device_case(const std::vector<int64_t>& lens, int64_t batch, int64_t seqlen, int H) {
+DeviceCase make_device_case(const std::vector<int64_t>& lens, int64_t batch, int64_t seqlen, int H, int D) {
   DeviceCase d{};
   d.H = H;
+  d.dim = D;
   if (!lens.empty()) {
     d.B = 1;
     d.cu.push_back(0);
@@ -547,7 +556,8 @@ void free_device_case(DeviceCase& d) {
 FwdParams device_params(const DeviceCase& d) {
   FwdParams p;
   p.batch = d.B, p.seqlen = d.T, p.heads = d.H;
-  p.scale = 1.f / std::sqrt(float(D));
+  p.head_dim_k = p.head_dim_v = d.dim;
+  p.scale = 1.f / std::sqrt(float(d.dim));
   p.lower_bound = -5.f;
   p.state_dtype = DType::kF32;
   p.q = d.q, p.k = d.k, p.v = d.v, p.g = d.g, p.beta = d.beta, p.out = d.out;
@@ -588,6 +598,38 @@ void report(const char* what, const std::string& name, double e_out, double e_st
   std::printf("  %-7s %-34s out %.2e  state %.2e  written %s  %s\n", what, name.c_str(), e_out, e_state,
               written ? "yes" : "NO", ok ? "ok" : "FAIL");
   if (!ok) ++g_failures;
+}
+
+// K = V = 64 (the CUDA forward's second head dimension): a copy of each case named "D=64 <name>".
+// The work-unit shapes differ from D = 128's: at most 64 rows a CTA and at most 4 slices, so (on 132
+// SMs) up to 33 (sequence, head) pairs run 4 CTAs of 1 consumer warp a pair, 34-66 pairs 2 CTAs of
+// 2, and more pairs one CTA of 4 warps; the names of the D = 128 shapes are mapped to these.
+std::string d64_name(std::string name) {
+  const std::pair<const char*, const char*> shapes[] = {{"(2 consumer warps)", "(1 consumer warp)"},
+                                                        {"(4 consumer warps)", "(2 consumer warps)"},
+                                                        {"(8 consumer warps)", "(4 consumer warps)"}};
+  for (auto [from, to] : shapes) {
+    const size_t at = name.find(from);
+    if (at != std::string::npos) {
+      name.replace(at, std::strlen(from), to);
+      break;  // (one shape a name)
+    }
+  }
+  return "D=64 " + name;
+}
+
+// The case's name without the "D=64 " of d64_name.
+std::string base_name(const std::string& name) { return name.rfind("D=64 ", 0) == 0 ? name.substr(5) : name; }
+
+std::vector<Case> with_d64(std::vector<Case> cs) {
+  const size_t d128 = cs.size();
+  for (size_t i = 0; i < d128; ++i) {
+    Case c = cs[i];
+    c.dim = 64;
+    c.name = d64_name(c.name);
+    cs.push_back(c);
+  }
+  return cs;
 }
 
 std::vector<Case> edge_cases() {
@@ -850,7 +892,10 @@ std::vector<Case> edge_cases() {
   c.neg_eigval = true;
   add(c);
   // clang-format on
-  return cs;
+  // Every case again at K = V = 64 (fixed and packed batches, empty and 1-token sequences, both state
+  // dtypes and none, in-place states, GVA, strides, the fp16 range checks, the gate forms, long
+  // sequences for the split plans).
+  return with_d64(cs);
 }
 
 // The softplus gate: the CUDA forward (every plan) and the fp32 GPU recurrence (the oracle of the
@@ -931,7 +976,7 @@ std::vector<Case> softplus_cases() {
   c.gate = GateForm::kSoftplus;
   cs.push_back(c);
   // clang-format on
-  return cs;
+  return with_d64(cs);  // every case again at K = V = 64
 }
 
 // ---- decode (docs/serving.md): the CUDA kernel against the float64 CPU reference ----------------
@@ -950,7 +995,7 @@ struct DecodeCase {
   GateForm gate = GateForm::kSigmoid;  // the gate forms, as in Case
   bool no_A_log = false, neg_eigval = false;
   Extreme extreme = Extreme::kNone;
-  int dim = D;  // K = V: 128 or 64
+  int dim = kDefaultDim;  // K = V: 128 or 64
 };
 
 // The pool of a decode case on the host (fp32 values; bf16 pools hold bf16-rounded values) and the
@@ -1457,6 +1502,7 @@ struct PoolCase {
   int H = 4;
   DType state = DType::kF32;
   bool no_A_log = false, neg_eigval = false;  // gate forms, as in Case
+  int dim = kDefaultDim;                      // K = V
 };
 
 // Runs the forward in place on a pool of 2N + 3 slots (NaN bytes where no sequence's state lives),
@@ -1467,9 +1513,9 @@ struct PoolCase {
 void run_prefill_pool_case(const PoolCase& pc) {
   Case c;
   c.name = pc.name, c.lens = pc.lens, c.batch = pc.batch, c.seqlen = pc.seqlen, c.H = pc.H, c.state = pc.state;
-  c.no_A_log = pc.no_A_log, c.neg_eigval = pc.neg_eigval;
+  c.no_A_log = pc.no_A_log, c.neg_eigval = pc.neg_eigval, c.dim = pc.dim;
   const Host h = make_inputs(c);
-  const int64_t N = h.N;
+  const int64_t N = h.N, D = h.dim;
   HostPool init;
   init.dtype = pc.state;
   init.per_slot = h.HV * D * D;
@@ -1625,6 +1671,14 @@ std::vector<PoolCase> pool_cases() {
   c.neg_eigval = true;
   // clang-format on
   cs.push_back(c);
+  // Every case again at K = V = 64.
+  const size_t d128 = cs.size();
+  for (size_t i = 0; i < d128; ++i) {
+    c = cs[i];
+    c.dim = 64;
+    c.name = d64_name(c.name);
+    cs.push_back(c);
+  }
   return cs;
 }
 
@@ -1645,10 +1699,22 @@ struct BenchCase {
   int64_t batch, seqlen;
   int H;
   bool softplus = false;  // the softplus gate (Kimi-Linear-48B; docs/spec.md, "Gate forms")
+  int dim = kDefaultDim;  // K = V (cases.json's are 128)
 };
 
+// cases.json's cases, then this tool's own K = V = 64 cases (tool only, like cases.json's tool_only
+// group; the Python suite and cases.json stay K = V = 128): fixed96's and fixed16's shapes, the
+// largest and the smallest head count of the prefill table (both run the split plan under auto;
+// --plans fused times the fused kernel with 4 and 1 consumer warps), and fixed16's with the softplus
+// gate.
 const std::vector<BenchCase>& bench_cases() {
-  static const std::vector<BenchCase> cases = {FLASH_KDA_BENCH_CASES};
+  static const std::vector<BenchCase> cases = [] {
+    std::vector<BenchCase> c = {FLASH_KDA_BENCH_CASES};
+    c.push_back({"fixed96_d64", "tool_only", {}, 1, 8192, 96, false, 64});
+    c.push_back({"fixed16_d64", "tool_only", {}, 1, 8192, 16, false, 64});
+    c.push_back({"fixed16_d64_sp", "tool_only", {}, 1, 8192, 16, true, 64});
+    return c;
+  }();
   return cases;
 }
 
@@ -1691,7 +1757,8 @@ void run_softplus_forward_checks() {
 bool check_bench_case(const BenchCase& b, bool no_A_log, bool neg_eigval, bool softplus) {
   const std::string name = std::string(b.id) + (no_A_log ? " A_log=None" : "") + (neg_eigval ? " neg eigval" : "") +
                            (softplus ? " softplus" : "");
-  DeviceCase d = make_device_case(b.lens, b.batch, b.seqlen, b.H);
+  DeviceCase d = make_device_case(b.lens, b.batch, b.seqlen, b.H, b.dim);
+  const int64_t D = d.dim;
   // Recurrence reference.
   std::vector<int64_t> starts(d.N), lens(d.N);
   for (int64_t n = 0; n < d.N; ++n) {
@@ -1711,7 +1778,7 @@ bool check_bench_case(const BenchCase& b, bool no_A_log, bool neg_eigval, bool s
   ra.lower_bound = -5.f;
   ra.allow_neg_eigval = neg_eigval;
   ra.softplus_gate = softplus;
-  tools::recurrence_kernel<<<unsigned(d.N * d.H), D>>>(ra);
+  tools::launch_recurrence(ra, int(D), unsigned(d.N * d.H));
   CUDA_OK(cudaGetLastError());
   // Ours, on poisoned outputs, under every plan asked for.
   double* acc = dev_alloc<double>(4);
@@ -1840,6 +1907,14 @@ std::vector<CkptCase> ckpt_cases() {
   k.pool = DType::kBF16;
   k.extra_plans = {"split:1", "split:4", "split:16"};
   cs.push_back(k);
+  // Every case again at K = V = 64 (with its forced splits).
+  const size_t d128 = cs.size();
+  for (size_t i = 0; i < d128; ++i) {
+    k = cs[i];
+    k.base.dim = 64;
+    k.base.name = d64_name(k.base.name);
+    cs.push_back(k);
+  }
   return cs;
 }
 
@@ -1873,7 +1948,7 @@ CkptSetup make_ckpt_setup(const CkptCase& k, const Host& h) {
   const int64_t base = k.state_pool ? h.N : 0;
   const int64_t spare = 3;  // slots nothing names: must stay untouched
   s.P2 = base + h.N * std::max<int64_t>(s.M, 1) + spare;
-  s.per_slot = h.HV * D * D;
+  s.per_slot = h.HV * h.dim * h.dim;
   // Distinct slots for every (n, m), shuffled; every third -1 with skip_some.
   std::vector<int32_t> free(size_t(s.P2 - base));
   std::iota(free.begin(), free.end(), int32_t(base));
@@ -1919,7 +1994,7 @@ CkptResult run_ckpt(const CkptCase& k, const Host& h, const CkptSetup& s, Backen
   const bool f32 = c.state == DType::kF32;
   const int64_t tok = h.B * h.T;
   const size_t n_state = size_t(h.N * s.per_slot);
-  std::vector<uint16_t> out(size_t(tok * h.HV * D), 0xffff);
+  std::vector<uint16_t> out(size_t(tok * h.HV * h.dim), 0xffff);
   std::vector<float> s0f = h.s0, s1f(n_state, std::nanf(""));
   std::vector<uint16_t> s0b = state_to_bf16(h.s0), s1b(n_state, 0xffff);
   std::vector<uint8_t> pool = s.pool0;
@@ -2085,7 +2160,7 @@ int run_checks() {
   for (const Case& c : edge_cases()) {
     const Host h = make_inputs(c);
     const Result ref = run_backend(c, h, Backend::kCpuReference, nullptr);
-    const size_t outputs = size_t(h.B * h.T * h.HV) * D;
+    const size_t outputs = size_t(h.B * h.T * h.HV) * h.dim;
     const double tol_stress = c.neg_eigval ? kTolStressReflect : kTolStress;
     const double tol_out = c.collinear ? tol_stress : outputs < kFewOutputs ? kTolOutFew : kTolOut;
     const double tol_state = c.collinear                               ? tol_stress
@@ -2099,7 +2174,8 @@ int run_checks() {
              c.state == DType::kNone ? 0 : rel(got.state, ref.state), written, tol_out, tol_state);
     }
     g_plan = PlanChoice{"auto"};
-    if (c.name.rfind("spec", 0) == 0 || c.name.rfind("weak", 0) == 0 || (!default_form(c) && !c.collinear)) {
+    const std::string base = base_name(c.name);
+    if (base.rfind("spec", 0) == 0 || base.rfind("weak", 0) == 0 || (!default_form(c) && !c.collinear)) {
       const Result rec = run_gpu_recurrence(c, h);
       report("gpu-f32", c.name, rel(rec.out, ref.out), rel(rec.state, ref.state), true, kTolOut, tol_state);
     }
@@ -2107,17 +2183,18 @@ int run_checks() {
   run_softplus_forward_checks();
   run_checkpoint_checks();
   std::printf("== BENCH cases vs the fp32 GPU recurrence (inputs generated on the device)\n");
-  const char* const checked[] = {"fixed96", "varlen6_64", "b16x2048_32", "fixed16",
-                                 "h8_8k",   "h4_64k",     "mix20k",      "mix20kx31"};
+  const char* const checked[] = {"fixed96", "varlen6_64", "b16x2048_32", "fixed16",     "h8_8k",
+                                 "h4_64k",  "mix20k",     "mix20kx31",   "fixed96_d64", "fixed16_d64"};
   // The gate forms on some of them: (case, A_log absent, allow_neg_eigval, the softplus gate).
   struct FormRun {
     const char* id;
     bool no_A_log, neg_eigval, softplus;
   };
-  const FormRun forms[] = {{"varlen6_64", true, false, false}, {"h4_64k", false, true, false},
-                           {"mix20k", true, true, false},      {"fixed96", false, false, true},
-                           {"fixed16", false, false, true},    {"h8_8k", false, false, true},
-                           {"h4_64k", false, true, true},      {"mix20kx31", false, false, true}};
+  const FormRun forms[] = {
+      {"varlen6_64", true, false, false}, {"h4_64k", false, true, false},     {"mix20k", true, true, false},
+      {"fixed96", false, false, true},    {"fixed16", false, false, true},    {"h8_8k", false, false, true},
+      {"h4_64k", false, true, true},      {"mix20kx31", false, false, true},  {"fixed96_d64", true, true, false},
+      {"fixed16_d64", false, true, true}, {"fixed16_d64", true, false, false}};
   for (const BenchCase& b : bench_cases()) {
     if (std::find_if(std::begin(checked), std::end(checked),
                      [&](const char* c) { return std::strcmp(c, b.id) == 0; }) == std::end(checked))
@@ -2141,31 +2218,39 @@ int run_sanitize() {
   bool all_written = true;
   for (const PlanChoice& plan : g_plans) {
     g_plan = plan;
-    Case c;
-    c.name = "sanitize varlen";
-    c.lens = {37, 0, 70, 1, 16, 300};
-    c.in_place = true;
-    const Host h = make_inputs(c);
-    bool written = false;
-    run_backend(c, h, Backend::kCuda, &written);
-    c.lens = {45, 3};
-    c.H = 40;  // 80 pairs: the 8-consumer-warp shape
-    c.in_place = false;
-    c.state = DType::kBF16;
-    const Host h2 = make_inputs(c);
-    bool written2 = false;
-    run_backend(c, h2, Backend::kCuda, &written2);
-    run_prefill_pool_case(pool_cases().front());  // pool indexing, padding, out-of-range slot
-    // Checkpoints on a sequence long enough (2,000 tokens) that the recurrence kernel's ring of
-    // stages wraps many times in the instantiation with checkpoints (its piecewise walk).
-    for (const CkptCase& k : ckpt_cases()) {
-      if (k.base.name != "ckpt I=1024 start 1000") continue;
-      const Host hk = make_inputs(k.base);
-      const CkptSetup sk = make_ckpt_setup(k, hk);
-      const CkptResult got = run_ckpt(k, hk, sk, Backend::kCuda);
-      all_written = all_written && got.status.ok();
+    // K = V = 128, then 64 (24 pairs: 4 CTAs a pair, of 2 consumer warps at D = 128, 1 at 64; 80
+    // pairs: 1 CTA of 8 consumer warps at D = 128, 4 at 64).
+    for (int dim : {128, 64}) {
+      const std::string prefix = dim == 64 ? "D=64 " : "";
+      Case c;
+      c.name = prefix + "sanitize varlen";
+      c.lens = {37, 0, 70, 1, 16, 300};
+      c.in_place = true;
+      c.dim = dim;
+      const Host h = make_inputs(c);
+      bool written = false;
+      run_backend(c, h, Backend::kCuda, &written);
+      c.lens = {45, 3};
+      c.H = 40;  // 80 pairs: the 8-consumer-warp shape (D = 64: 4 consumer warps)
+      c.in_place = false;
+      c.state = DType::kBF16;
+      const Host h2 = make_inputs(c);
+      bool written2 = false;
+      run_backend(c, h2, Backend::kCuda, &written2);
+      // pool indexing, padding, out-of-range slot
+      for (const PoolCase& pc : pool_cases())
+        if (pc.name == prefix + "varlen 300/0/17/90/5 fp32") run_prefill_pool_case(pc);
+      // Checkpoints on a sequence long enough (2,000 tokens) that the recurrence kernel's ring of
+      // stages wraps many times in the instantiation with checkpoints (its piecewise walk).
+      for (const CkptCase& k : ckpt_cases()) {
+        if (k.base.name != prefix + "ckpt I=1024 start 1000") continue;
+        const Host hk = make_inputs(k.base);
+        const CkptSetup sk = make_ckpt_setup(k, hk);
+        const CkptResult got = run_ckpt(k, hk, sk, Backend::kCuda);
+        all_written = all_written && got.status.ok();
+      }
+      all_written = all_written && written && written2;
     }
-    all_written = all_written && written && written2;
   }
   g_plan = PlanChoice{"auto"};
   // Decode: speculative with padding (fp32, 1 row a thread), 4 rows a thread on a bf16 pool, and the
@@ -2206,7 +2291,8 @@ int run_bench(int reps, const char* json_path, const std::vector<std::string>& o
   CUDA_OK(cudaEventCreate(&e1));
   for (const BenchCase& bc : cases) {
     if (!only.empty() && std::find(only.begin(), only.end(), bc.id) == only.end()) continue;
-    DeviceCase d = make_device_case(bc.lens, bc.batch, bc.seqlen, bc.H);
+    DeviceCase d = make_device_case(bc.lens, bc.batch, bc.seqlen, bc.H, bc.dim);
+    const int64_t D = d.dim;
     FwdParams p = device_params(d);
     if (bc.softplus) p.gate = GateForm::kSoftplus;
     const int64_t tok = d.tok;
@@ -2228,7 +2314,7 @@ int run_bench(int reps, const char* json_path, const std::vector<std::string>& o
       p.checkpoint_columns = M;
     }
     // The benchmark's byte count (docs/perf_log.md): q, k, v, g, beta, out once each, fp32 initial and final state.
-    const double bytes = double(tok) * d.H * (4.0 * 256 + 2 + 256) + 2.0 * d.N * d.H * D * D * 4;
+    const double bytes = double(tok) * d.H * (4.0 * 2 * D + 2 + 2 * D) + 2.0 * d.N * d.H * D * D * 4;
     void *src = nullptr, *dst = nullptr;
     const size_t copy_bytes = size_t(bytes / 2);
     CUDA_OK(cudaMalloc(&src, copy_bytes));
@@ -2265,11 +2351,12 @@ int run_bench(int reps, const char* json_path, const std::vector<std::string>& o
       if (js) {
         std::fprintf(
             js,
-            "%s  {\"case\": \"%s\", \"plan\": \"%s\", \"checkpoint_interval\": %lld, \"H\": %d, \"tokens\": %lld, "
+            "%s  {\"case\": \"%s\", \"plan\": \"%s\", \"checkpoint_interval\": %lld, \"H\": %d, \"D\": %d, "
+            "\"tokens\": %lld, "
             "\"bytes\": %.0f, "
             "\"ours_ms_median\": %.5f, \"ours_ms_p10\": %.5f, \"ours_ms_p90\": %.5f, \"copy_ms_median\": %.5f, "
             "\"floor_ratio\": %.4f, \"reps\": %d}",
-            first ? "" : ",\n", bc.id, plan.name.c_str(), static_cast<long long>(g_bench_ckpt), bc.H,
+            first ? "" : ",\n", bc.id, plan.name.c_str(), static_cast<long long>(g_bench_ckpt), bc.H, bc.dim,
             static_cast<long long>(tok), bytes, mo, t_ours[t_ours.size() / 10], t_ours[t_ours.size() * 9 / 10], mc,
             mo / mc, reps);
         first = false;
@@ -2341,7 +2428,7 @@ int run_bench_decode(int reps, const char* json_path, const std::vector<std::str
   CUDA_OK(cudaEventCreate(&e1));
   for (const DecodeBenchCase& bc : cases) {
     if (!only.empty() && std::find(only.begin(), only.end(), bc.id) == only.end()) continue;
-    const int64_t B = bc.B, T = bc.T, S = bc.S, D = bc.D;  // (D: the case's, not the forward's)
+    const int64_t B = bc.B, T = bc.T, S = bc.S, D = bc.D;  // (D: the case's K = V)
     const int64_t elem = bc.state == DType::kF32 ? 4 : 2;
     const int64_t slot_bytes = H * D * D * elem;
     const int64_t state_writes = S == 1 ? 1 : T;

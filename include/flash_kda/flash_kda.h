@@ -7,8 +7,8 @@
 // through a Status value whose message names the offending argument; nothing is written to any
 // output or state buffer by a call that returns an error, and nothing aborts the process.
 //
-// Shapes (B batch rows, T tokens per row, H query/key heads, HV value heads, K = V = 128; the CUDA
-// decode also takes K = V = 64, the CPU backends any K, V <= 256):
+// Shapes (B batch rows, T tokens per row, H query/key heads, HV value heads; K = V = 128 or
+// K = V = 64 on CUDA, forward and decode; the CPU backends any K, V <= 256):
 //   q, k        bf16 [B, T, H, K]     raw queries and keys (L2-normalised inside)
 //   v           bf16 [B, T, HV, V]
 //   g           bf16 [B, T, HV, K]    raw gate

@@ -120,8 +120,8 @@ def fwd(
     Raises TypeError for a wrong dtype, ValueError for a wrong shape, stride, device or value
     (always before anything is written; the message starts with the argument's name),
     NotImplementedError (a RuntimeError) for a valid call this build or device cannot run (e.g. CUDA
-    tensors with a build without the CUDA backend, or K != 128 on CUDA), RuntimeError for a CUDA
-    runtime failure.
+    tensors with a build without the CUDA backend, or on CUDA a head dimension other than
+    K = V = 128 or K = V = 64), RuntimeError for a CUDA runtime failure.
 
     Every check is the C++ library's (src/api): this function only converts the arrays. CUDA
     tensors run on the current stream of their own device. CUDA ``cu_seqlens`` are copied to the

@@ -372,7 +372,7 @@ Status copy_and_check_checkpoints(const FwdParams& p, HostIndices& idx) {
 }
 
 // Sizes, scalars, activations, A_log / dt_bias and cu_seqlens: what the forward and decode share
-// (`decode`: the call is a decode, whose CUDA kernel takes more head dimensions). `p` is normalised.
+// (`decode`: the call is a decode, which the messages name). `p` is normalised.
 Status check_problem(const ProblemParams& p, bool data_free, bool decode) {
   const bool on_cuda = p.backend == Backend::kCuda;
   if (p.backend != Backend::kCuda && p.backend != Backend::kCpu && p.backend != Backend::kCpuReference)
@@ -390,13 +390,11 @@ Status check_problem(const ProblemParams& p, bool data_free, bool decode) {
     return invalid(cat("q: head dimension K must be in [1, 256] (got ", p.head_dim_k, ")"));
   if (p.head_dim_v < 1 || p.head_dim_v > 256)
     return invalid(cat("v: head dimension V must be in [1, 256] (got ", p.head_dim_v, ")"));
-  // The CUDA kernels' head dimensions: K = V = 128 for the forward, K = V = 128 or 64 for the decode.
-  if (on_cuda && decode && !(p.head_dim_k == p.head_dim_v && (p.head_dim_k == 128 || p.head_dim_k == 64)))
-    return {StatusCode::kUnsupported, cat("q: the CUDA decode supports K = V = 128 or K = V = 64 (got K=", p.head_dim_k,
-                                          ", V=", p.head_dim_v, ")")};
-  if (on_cuda && !decode && (p.head_dim_k != 128 || p.head_dim_v != 128))
+  // The CUDA kernels' head dimensions: K = V = 128 or K = V = 64, for the forward and the decode.
+  if (on_cuda && !(p.head_dim_k == p.head_dim_v && (p.head_dim_k == 128 || p.head_dim_k == 64)))
     return {StatusCode::kUnsupported,
-            cat("q: the CUDA backend supports K = V = 128 (got K=", p.head_dim_k, ", V=", p.head_dim_v, ")")};
+            cat("q: the CUDA ", decode ? "decode" : "forward",
+                " supports K = V = 128 or K = V = 64 (got K=", p.head_dim_k, ", V=", p.head_dim_v, ")")};
 
   // ---- scalars ----
   if (!std::isfinite(p.scale)) return invalid("scale: must be finite");

@@ -13,8 +13,7 @@ namespace flash_kda::cuda {
 
 namespace {
 
-constexpr int64_t kChunk = sm90::KdaDims::kChunk;
-constexpr int64_t kStateBytes = sm90::KdaDims::kDim * sm90::KdaDims::kDim * 4;  // one fp32 128 x 128 state
+constexpr int64_t kChunk = sm90::kChunkTokens;
 // A split never makes segments shorter than this (chunks): each segment costs a chain step
 // (~2 us) and pass 1 and 3 restart latency.
 constexpr int64_t kMinSegmentChunks = 16;
@@ -23,6 +22,22 @@ constexpr size_t kAlign = 256;
 constexpr int64_t kShortChunks = 32;
 
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+// What the plan needs of the head dimension D = K = V (validate() admits 128 and 64 on CUDA; any
+// other value is sized as 128, the larger).
+struct DimSizes {
+  int64_t state_bytes;     // one fp32 D x D state
+  int64_t prepared_bytes;  // one prepared chunk (KdaPrepared)
+  int prep_ctas_per_sm;    // preparation CTAs resident on an SM
+  int max_slices;          // CTAs that may share one state's rows: D / 16 (16 rows a consumer warp)
+};
+
+template <int kD>
+constexpr DimSizes dim_sizes_of() {
+  return {int64_t(kD) * kD * 4, sm90::KdaPrepared<kD>::kBytes, sm90::KdaPrepTraits<kD>::kCtasPerSm, kD / 16};
+}
+
+DimSizes dim_sizes(const FwdParams& p) { return p.head_dim_k == 64 ? dim_sizes_of<64>() : dim_sizes_of<128>(); }
 
 // What the host decides from the sizes it knows; the device refines it per sequence (kda_plan.cuh).
 struct HostPlan {
@@ -42,10 +57,11 @@ struct HostPlan {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The largest power of two s <= 8 with parts * s CTAs fitting one per SM (at least 1).
-int slices_for(int64_t parts, int sm_count) {
+// The largest power of two s <= max_slices (8 at D = 128, 4 at 64) with parts * s CTAs fitting one
+// per SM (at least 1).
+int slices_for(int64_t parts, int sm_count, int max_slices) {
   int s = 1;
-  while (s < 8 && parts * s * 2 <= sm_count) s *= 2;
+  while (s < max_slices && parts * s * 2 <= sm_count) s *= 2;
   return s;
 }
 
@@ -67,6 +83,7 @@ int prep_chunks_for(int64_t chunks, int64_t slots) {
 HostPlan make_plan(const FwdParams& p, int sm_count) {
   HostPlan h;
   const int64_t N = num_sequences(p), HV = p.heads_v > 0 ? p.heads_v : p.heads;
+  const DimSizes dim = dim_sizes(p);
   // Checkpoints run on the prepared plans only (the consumers of the recurrence kernel write them;
   // docs/kernel.md, "The shifted chunk grid and checkpoints"): kAuto becomes kSplit (which splits
   // only where the planner below finds it pays), a forced kFused kPrepared, and the device never
@@ -105,8 +122,8 @@ HostPlan make_plan(const FwdParams& p, int sm_count) {
     if (p.segment_chunks > 0) {
       h.seg_chunks = p.segment_chunks;
     } else {
-      // m segments of one sequence make HV * (2m - 3) CTAs of 128 rows in pass 1 and HV * (m - 1)
-      // parts in pass 3, run as 2 CTAs of 64 rows each: as many as fit one CTA per SM in both
+      // m segments of one sequence make HV * (2m - 3) CTAs of D rows in pass 1 and HV * (m - 1)
+      // parts in pass 3, run as 2 CTAs of D / 2 rows each: as many as fit one CTA per SM in both
       // (h4_64k: m = 17, 124 and 128 CTAs). Fewer than 3 segments gain nothing.
       // Segment 0 is L0 = 3L/5 long: pass 1 runs it with output beside the other segments' R and P
       // rows, which cost ~0.6 of it a chunk (H200), so the passes end together: longest = L0 +
@@ -123,9 +140,9 @@ HostPlan make_plan(const FwdParams& p, int sm_count) {
     h.max_extra = p.cu_seqlens ? (h.max_chunks + (h.max_chunks / (L0 + L + 1)) * std::max<int64_t>(0, L - 1 - L0)) / L
                                : N * ceil_div(longest - L0, L);
   }
-  h.slices1 = slices_for((N + 2 * h.max_extra) * HV, sm_count);
-  h.prep_chunks = prep_chunks_for(h.max_chunks * HV, int64_t(sm_count) * sm90::KdaPrepTraits::kCtasPerSm);
-  h.slices3 = slices_for(std::max<int64_t>(h.max_extra, 1) * HV, sm_count);
+  h.slices1 = slices_for((N + 2 * h.max_extra) * HV, sm_count, dim.max_slices);
+  h.prep_chunks = prep_chunks_for(h.max_chunks * HV, int64_t(sm_count) * dim.prep_ctas_per_sm);
+  h.slices3 = slices_for(std::max<int64_t>(h.max_extra, 1) * HV, sm_count, dim.max_slices);
 
   // As plan_args() carves it: the device plan flag, begin, len, slot, zero_init, the prefix sums,
   // then (checkpoints) shift and ck_first, each aligned.
@@ -134,8 +151,8 @@ HostPlan make_plan(const FwdParams& p, int sm_count) {
                        (checkpoints ? align_up(N * sizeof(int32_t)) + align_up(N * sizeof(int64_t)) : 0);
   h.off_table = 0;
   h.off_prepared = align_up(table);
-  h.off_segments = h.off_prepared + align_up(size_t(h.max_chunks) * HV * sm90::KdaPrepared::kBytes);
-  h.bytes = h.off_segments + 3 * size_t(h.max_extra) * HV * kStateBytes + kAlign;  // + base alignment
+  h.off_segments = h.off_prepared + align_up(size_t(h.max_chunks) * HV * dim.prepared_bytes);
+  h.bytes = h.off_segments + 3 * size_t(h.max_extra) * HV * dim.state_bytes + kAlign;  // + base alignment
   return h;
 }
 
@@ -166,7 +183,7 @@ sm90::PlanArgs plan_args(const HostPlan& h, const FwdParams& p) {
   }
   a.prepared = base + h.off_prepared;
   auto* seg = reinterpret_cast<float*>(base + h.off_segments);
-  const size_t per = size_t(h.max_extra) * HV * (kStateBytes / 4);
+  const size_t per = size_t(h.max_extra) * HV * (dim_sizes(p).state_bytes / 4);
   a.seg_start = seg, a.seg_r = seg + per, a.seg_p = seg + 2 * per;
   a.seg_chunks = int(std::min<int64_t>(h.seg_chunks, INT32_MAX));
   a.seg0_chunks = int(std::min<int64_t>(h.seg0_chunks, INT32_MAX));
@@ -174,30 +191,35 @@ sm90::PlanArgs plan_args(const HostPlan& h, const FwdParams& p) {
   return a;
 }
 
-template <class Launch>
+// Calls launch(consumer warps) for the CTAs of `slices` sharing one state of kD rows: 16 rows a
+// consumer warp (D = 128: 8, 4, 2, 1 warps; D = 64: 4, 2, 1).
+template <int kD, class Launch>
 cudaError_t by_slices(int slices, Launch launch) {
   switch (slices) {
-    case 1: return launch(std::integral_constant<int, 8>{});
-    case 2: return launch(std::integral_constant<int, 4>{});
-    case 4: return launch(std::integral_constant<int, 2>{});
-    default: return launch(std::integral_constant<int, 1>{});
+    case 1: return launch(std::integral_constant<int, kD / 16>{});
+    case 2: return launch(std::integral_constant<int, kD / 32>{});
+    case 4: return launch(std::integral_constant<int, kD / 64>{});
+    default: return launch(std::integral_constant<int, 1>{});  // 8 (D = 128; D = 64 never has more than 4)
   }
 }
 
+template <int kD>
 Status run_fused(sm90::KdaFwdArgs& a, int64_t pairs, int sm_count, cudaStream_t stream) {
-  // Split the 128 state rows over 1, 2, 4 or 8 CTAs: the rows evolve independently given k,
-  // alpha and beta, so a slice only repeats the producer's preparation (its q/k/g reads hit L2).
-  // More slices while the (sequence, head) pairs alone leave SMs idle; one CTA per SM.
-  const int slices = slices_for(pairs, sm_count);
+  // Split the D state rows over 1, 2, 4 or 8 CTAs (D = 64: 1, 2 or 4): the rows evolve
+  // independently given k, alpha and beta, so a slice only repeats the producer's preparation (its
+  // q/k/g reads hit L2). More slices while the (sequence, head) pairs alone leave SMs idle; one CTA
+  // per SM.
+  const int slices = slices_for(pairs, sm_count, kD / 16);
   a.slices = slices;
   const int64_t units = pairs * slices;
   if (units > INT32_MAX) return {StatusCode::kUnsupported, "q: too many (sequence, head) pairs for one launch"};
   const cudaError_t e =
-      by_slices(slices, [&](auto nc) { return sm90::launch_kda_fwd<decltype(nc)::value>(a, units, stream); });
+      by_slices<kD>(slices, [&](auto nc) { return sm90::launch_kda_fwd<kD, decltype(nc)::value>(a, units, stream); });
   if (e != cudaSuccess) return cuda_error("kernel launch", e);
   return Status::Ok();
 }
 
+template <int kD>
 Status run_prepared(const HostPlan& h, sm90::KdaFwdArgs& a, const FwdParams& p, int sm_count, cudaStream_t stream) {
   const int64_t N = num_sequences(p), HV = a.heads_v;
   sm90::PlanArgs pa = plan_args(h, p);
@@ -205,26 +227,26 @@ Status run_prepared(const HostPlan& h, sm90::KdaFwdArgs& a, const FwdParams& p, 
   const int64_t prep_ctas = HV * (h.max_chunks / h.prep_chunks + N);
   const int64_t p1_ctas = (N + 2 * h.max_extra) * HV * h.slices1;
   const int64_t p3_ctas = h.max_extra * HV * h.slices3;
-  const int64_t chain_ctas = (h.max_extra / 2) * HV * (sm90::KdaDims::kDim / sm90::ChainTraits::kRows);
+  const int64_t chain_ctas = (h.max_extra / 2) * HV * (kD / sm90::ChainTraits<kD>::kRows);
   for (int64_t c : {prep_ctas, p1_ctas, p3_ctas, chain_ctas})
     if (c > INT32_MAX) return {StatusCode::kUnsupported, "q: too many chunks for one launch"};
   cudaError_t e = sm90::launch_kda_plan(a, pa, stream);
   if (e == cudaSuccess && h.device_decides) {
     a.device_plan = pa.device_plan;
-    const Status st = run_fused(a, N * HV, sm_count, stream);  // returns at once unless chosen
+    const Status st = run_fused<kD>(a, N * HV, sm_count, stream);  // returns at once unless chosen
     if (!st.ok()) return st;
   }
-  if (e == cudaSuccess && prep_ctas > 0) e = sm90::launch_kda_prep(a, pa, prep_ctas, stream);
+  if (e == cudaSuccess && prep_ctas > 0) e = sm90::launch_kda_prep<kD>(a, pa, prep_ctas, stream);
   if (e == cudaSuccess) {
     pa.slices = h.slices1;
-    e = by_slices(h.slices1,
-                  [&](auto nc) { return sm90::launch_kda_rec<decltype(nc)::value>(a, pa, 1, p1_ctas, stream); });
+    e = by_slices<kD>(
+        h.slices1, [&](auto nc) { return sm90::launch_kda_rec<kD, decltype(nc)::value>(a, pa, 1, p1_ctas, stream); });
   }
-  if (e == cudaSuccess && chain_ctas > 0) e = sm90::launch_kda_chain(a, pa, chain_ctas, stream);
+  if (e == cudaSuccess && chain_ctas > 0) e = sm90::launch_kda_chain<kD>(a, pa, chain_ctas, stream);
   if (e == cudaSuccess && p3_ctas > 0) {
     pa.slices = h.slices3;
-    e = by_slices(h.slices3,
-                  [&](auto nc) { return sm90::launch_kda_rec<decltype(nc)::value>(a, pa, 3, p3_ctas, stream); });
+    e = by_slices<kD>(
+        h.slices3, [&](auto nc) { return sm90::launch_kda_rec<kD, decltype(nc)::value>(a, pa, 3, p3_ctas, stream); });
   }
   if (e != cudaSuccess) return cuda_error("kernel launch", e);
   return Status::Ok();
@@ -247,8 +269,9 @@ bool available() {
   return sm90_sm_count(device, &sm_count) == cudaSuccess && sm_count > 0;
 }
 
-// The plan depends on the SM count of the current device (an H100 or H200 has 132); without one
-// the size for 132 SMs is returned.
+// The plan depends on the SM count of the current device (an H100 or H200 has 132; without one the
+// size for 132 SMs is returned) and on the head dimension (the prepared chunks and segment states
+// of K = V = 64 are smaller).
 size_t workspace_size(const FwdParams& p) {
   const HostPlan h = make_plan(p, current_sm_count_or(132));
   return h.kind == FwdPlan::kFused ? 0 : h.bytes;
@@ -298,8 +321,13 @@ Status fwd(const FwdParams& p, cudaStream_t stream) {
   }
 
   const HostPlan h = make_plan(p, sm_count);
-  if (h.kind == FwdPlan::kFused) return run_fused(a, N * HV, sm_count, stream);
-  return run_prepared(h, a, p, sm_count, stream);
+  // validate() admits K = V = 128 and 64 for the CUDA forward.
+  if (p.head_dim_k == 64) {
+    if (h.kind == FwdPlan::kFused) return run_fused<64>(a, N * HV, sm_count, stream);
+    return run_prepared<64>(h, a, p, sm_count, stream);
+  }
+  if (h.kind == FwdPlan::kFused) return run_fused<128>(a, N * HV, sm_count, stream);
+  return run_prepared<128>(h, a, p, sm_count, stream);
 }
 
 }  // namespace flash_kda::cuda

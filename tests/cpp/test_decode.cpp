@@ -785,8 +785,8 @@ TEST_F(Decode, CudaValidationIsHostSideOnly) {
   EXPECT_EQ(s.message.rfind("q:", 0), 0u) << s.message;
 }
 
-// The CUDA decode runs K = V = 128 and K = V = 64 (the CUDA forward K = V = 128 only:
-// test_validation.cpp): validate() accepts both on every decode path (fp32 and bf16 pools, padding
+// The CUDA decode runs K = V = 128 and K = V = 64 (as the CUDA forward: test_validation.cpp,
+// CudaForwardHeadDimensions): validate() accepts both on every decode path (fp32 and bf16 pools, padding
 // slots, speculative rows with num_accepted_tokens, cu_seqlens) and rejects every other head
 // dimension, K != V included, as kUnsupported naming q. Nothing is read from the (host) buffers.
 TEST_F(Decode, CudaHeadDimensions) {

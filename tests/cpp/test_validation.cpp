@@ -234,16 +234,13 @@ TEST_F(ValidateDirectly, RejectsWhatTheKernelsCannotDo) {
   const Status ok = validate(good);
   ASSERT_TRUE(ok.ok()) << ok.message;
 
+  // K != V: the CUDA forward runs K = V = 128 and K = V = 64 only (CudaForwardHeadDimensions below).
   FwdParams p = good;
   p.head_dim_k = 64;
   expect_invalid(p, StatusCode::kUnsupported, "q");
-  // K = V = 64 runs on the CUDA decode (test_decode.cpp, CudaHeadDimensions), not on the CUDA forward.
-  p = good;
-  p.head_dim_k = p.head_dim_v = 64;
-  p.q_strides = p.k_strides = p.v_strides = p.g_strides = p.out_strides = p.beta_strides = ActStrides{};
-  fill_contiguous_strides(p);
-  expect_invalid(p, StatusCode::kUnsupported, "q");
-  EXPECT_NE(validate(p).message.find("supports K = V = 128 ("), std::string::npos) << validate(p).message;
+  EXPECT_EQ(validate(p).message.rfind("q: the CUDA forward supports K = V = 128 or K = V = 64 (got K=64, V=128)", 0),
+            0u)
+      << validate(p).message;
   p = good;
   p.q = static_cast<const uint16_t*>(p.q) + 1;
   expect_invalid(p, StatusCode::kInvalidArgument, "q");
@@ -260,6 +257,137 @@ TEST_F(ValidateDirectly, RejectsWhatTheKernelsCannotDo) {
   p.q_strides = p.k_strides = p.v_strides = p.g_strides = p.out_strides = p.beta_strides = ActStrides{};
   fill_contiguous_strides(p);
   expect_invalid(p, StatusCode::kInvalidArgument, "cu_seqlens");
+}
+
+// The CUDA forward runs K = V = 128 and K = V = 64: validate() accepts both under every plan, with
+// fp32, bf16 and absent states, a packed batch with empty and 1-token sequences, every gate form, a
+// state pool and prefix-cache checkpoints, each with the workspace workspace_size() asks for (a
+// smaller one at K = V = 64: prepared chunks of 8,448 bytes instead of 14,848 and 64 x 64 segment
+// states), and rejects every other head dimension, K != V included, as kUnsupported naming q.
+// Nothing is read from the (host) buffers.
+TEST_F(ValidateDirectly, CudaForwardHeadDimensions) {
+  struct Shape {
+    const char* name;
+    std::vector<int64_t> lens;  // empty: fixed batch B = 2, T = 100
+    DType state;
+  };
+  const Shape shapes[] = {{"fixed fp32", {}, DType::kF32},
+                          {"varlen 300/0/1/17 bf16", {300, 0, 1, 17}, DType::kBF16},
+                          {"varlen 40/1 no state", {40, 1}, DType::kNone}};
+  const FwdPlan plans[] = {FwdPlan::kAuto, FwdPlan::kFused, FwdPlan::kPrepared, FwdPlan::kSplit};
+  for (int64_t dim : {128, 64})
+    for (const Shape& shape : shapes) {
+      SCOPED_TRACE("K = V = " + std::to_string(dim) + ", " + shape.name);
+      Config cfg;
+      cfg.head_dim_k = cfg.head_dim_v = dim;
+      cfg.heads = 2;
+      cfg.batch = 2;
+      cfg.seqlen = 100;
+      cfg.seq_lens = shape.lens;
+      cfg.state_dtype = shape.state;
+      const Problem pb(cfg, rng_);
+      Result r = poisoned_result(pb);
+      const FwdParams base = cuda_params(pb, r);
+      std::vector<unsigned char> scratch;
+      auto accepted = [&](FwdParams p, const char* what) {
+        SCOPED_TRACE(what);
+        scratch.assign(workspace_size(p), 0);
+        p.workspace = scratch.empty() ? nullptr : scratch.data();
+        p.workspace_bytes = scratch.size();
+        const Status s = validate(p);
+        EXPECT_TRUE(s.ok()) << s.message;
+        if (p.plan == FwdPlan::kFused) {
+          EXPECT_EQ(scratch.size(), 0u);
+        } else if (p.plan == FwdPlan::kPrepared || p.plan == FwdPlan::kSplit) {
+          EXPECT_GT(scratch.size(), 0u);
+        }
+      };
+      for (FwdPlan plan : plans) {
+        FwdParams p = base;
+        p.plan = plan;
+        p.segment_chunks = plan == FwdPlan::kSplit ? 1 : 0;  // forces the split where a sequence is long enough
+        accepted(p, "plan");
+        FwdParams forms = p;
+        forms.A_log = nullptr;
+        forms.allow_neg_eigval = true;
+        accepted(forms, "A_log null, allow_neg_eigval");
+        forms = p;
+        forms.gate = GateForm::kSoftplus;
+        accepted(forms, "softplus");
+      }
+      // A state pool: sequence 1 is padding, the others' slots are not checked on the host.
+      StateBuffer pool(DType::kF32, size_t(4 * pb.HV * dim * dim));
+      std::vector<int32_t> slots = {3, -1, 0, 1};
+      FwdParams p = base;
+      p.state_dtype = p.initial_state_dtype = p.final_state_dtype = DType::kF32;
+      p.initial_state = p.final_state = pool.data();
+      p.state_indices = slots.data();
+      p.pool_size = 4;
+      accepted(p, "state pool");
+      // Prefix-cache checkpoints every 16 tokens into a bf16 pool (prepared plans only; kAuto: kSplit).
+      const int64_t M = 7;
+      StateBuffer ck_pool(DType::kBF16, size_t(M * pb.N * pb.HV * dim * dim));
+      std::vector<int32_t> ck_slots(size_t(M * pb.N));
+      for (size_t i = 0; i < ck_slots.size(); ++i) ck_slots[i] = int32_t(i);
+      std::vector<int64_t> starts(size_t(pb.N), 5);
+      p = base;
+      p.checkpoint_interval = 16;
+      p.checkpoint_state = ck_pool.data();
+      p.checkpoint_state_dtype = DType::kBF16;
+      p.checkpoint_pool_size = M * pb.N;
+      p.checkpoint_indices = ck_slots.data();
+      p.checkpoint_columns = M;
+      p.checkpoint_start = starts.data();
+      p.checkpoint_start_dtype = DType::kI64;
+      accepted(p, "checkpoints");
+      EXPECT_GT(workspace_size(p), 0u);
+      // Other head dimensions: kUnsupported, naming q.
+      for (auto [k, v] : {std::pair<int64_t, int64_t>{dim, dim / 2}, {dim / 2, dim}, {32, 32}, {96, 96}, {256, 256}}) {
+        FwdParams bad = base;
+        bad.head_dim_k = k;
+        bad.head_dim_v = v;
+        bad.q_strides = bad.k_strides = bad.v_strides = bad.g_strides = bad.out_strides = bad.beta_strides =
+            ActStrides{};
+        fill_contiguous_strides(bad);
+        const Status s = validate(bad);
+        EXPECT_EQ(s.code, StatusCode::kUnsupported) << "K=" << k << " V=" << v << ": " << s.message;
+        EXPECT_EQ(s.message.rfind("q: the CUDA forward supports K = V = 128 or K = V = 64 (got K=", 0), 0u)
+            << s.message;
+      }
+    }
+}
+
+// workspace_size() follows the head dimension: a prepared chunk is 14,848 bytes at K = V = 128 and
+// 8,448 at 64 (docs/kernel.md, KdaPrepared), a segment state 64 KB and 16 KB. Fixed batch B = 2,
+// T = 100, HV = 2: 2 x 7 chunks a head, so the prepared plan's workspace shrinks by about
+// 28 x 6,400 bytes (each region is aligned to 256 bytes); a split adds segment states, and the fused
+// plan needs none.
+TEST_F(ValidateDirectly, CudaWorkspaceFollowsHeadDimension) {
+  auto size = [&](int64_t dim, FwdPlan plan, int64_t segment_chunks) {
+    Config cfg;
+    cfg.head_dim_k = cfg.head_dim_v = dim;
+    cfg.heads = 2;
+    cfg.batch = 2;
+    cfg.seqlen = 100;
+    const Problem pb(cfg, rng_);
+    Result r = poisoned_result(pb);
+    FwdParams p = cuda_params(pb, r);
+    p.plan = plan;
+    p.segment_chunks = segment_chunks;
+    return int64_t(workspace_size(p));
+  };
+  const int64_t chunks_times_heads = 2 * 7 * 2;
+  for (int64_t dim : {128, 64}) {
+    const int64_t chunk_bytes = dim == 128 ? 14848 : 8448;
+    EXPECT_EQ(size(dim, FwdPlan::kFused, 0), 0);
+    EXPECT_GE(size(dim, FwdPlan::kPrepared, 0), chunks_times_heads * chunk_bytes);
+    // Segments of 1 chunk: 7 chunks split into segments 0 (1 chunk) .. 6, so 6 extra a sequence,
+    // each with three fp32 dim x dim states a head.
+    EXPECT_GE(size(dim, FwdPlan::kSplit, 1) - size(dim, FwdPlan::kPrepared, 0), 3 * 2 * 6 * 2 * dim * dim * 4 - 512);
+  }
+  const int64_t shrink = size(128, FwdPlan::kPrepared, 0) - size(64, FwdPlan::kPrepared, 0);
+  EXPECT_GE(shrink, chunks_times_heads * (14848 - 8448) - 512);
+  EXPECT_LE(shrink, chunks_times_heads * (14848 - 8448) + 512);
 }
 
 // validate() on parameters with the documented "all zero means contiguous" strides accepts exactly

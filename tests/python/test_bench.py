@@ -239,15 +239,19 @@ def test_tool_header_holds_the_same_cases(tmp_path):
 
 def test_tool_checks_name_cases_of_the_file():
     """The cases `kda_gpu_check check` runs against the fp32 GPU recurrence, by name, are cases of
-    the file (a renamed case would otherwise drop out of the check silently)."""
+    the file or of the tool's own K = V = 64 cases, which bench_cases() appends to the file's (a
+    renamed case would otherwise drop out of the check silently)."""
     with open(os.path.join(ROOT, "tools", "kda_gpu_check.cu")) as f:
         source = f.read()
     checked = re.search(r"const char\* const checked\[\] = \{([^}]*)\}", source).group(1)
     forms = re.search(r"const FormRun forms\[\] = \{(.*?)\};", source, re.S).group(1)
     names = re.findall(r'"(\w+)"', checked) + re.findall(r'\{"(\w+)",', forms)
     assert len(names) > 8
+    tool_cases = set(re.findall(r'c\.push_back\(\{"(\w+)", "tool_only",', source))
+    assert {"fixed96_d64", "fixed16_d64"} <= tool_cases
     file_cases = {n for suite in cases.load_cases().values() for n in suite}
-    assert set(names) <= file_cases, set(names) - file_cases
+    assert not tool_cases & file_cases, "a tool case with the name of a case of the file"
+    assert set(names) <= file_cases | tool_cases, set(names) - file_cases - tool_cases
 
 
 def test_cli_errors(tmp_path, capsys):

@@ -91,9 +91,10 @@ def test_numpy_and_torch_cpu_mix(rng):
 @needs_cuda
 @pytest.mark.parametrize("state", [None, "fp32", "bf16"])
 @pytest.mark.parametrize("cu", [None, [300, 17, 0, 700, 1]])
-def test_cuda_matches_reference(rng, state, cu):
+@pytest.mark.parametrize("dim", [128, 64])  # K = V: the CUDA forward's two head dimensions
+def test_cuda_matches_reference(rng, state, cu, dim):
     T = 1018 if cu else 257
-    x = make_problem(rng, B=1 if cu else 2, T=T, H=4, state=state, cu_seqlens=cu)
+    x = make_problem(rng, B=1 if cu else 2, T=T, H=4, K=dim, V=dim, state=state, cu_seqlens=cu)
     t = to_torch(x, "cuda")
     call(t)
     torch.cuda.synchronize()

@@ -61,7 +61,7 @@ def _speculative_bf16_d64(rng):
     return x
 
 
-# K = V = 64: the CUDA decode's second head dimension (the CUDA forward runs 128 only).
+# K = V = 64: the CUDA kernels' second head dimension.
 PROBLEMS = {"plain": _plain, "speculative": _speculative, "varlen": _varlen, "bf16-pool": _bf16_pool,
             "plain-d64": lambda rng: _plain(rng, dim=64), "speculative-bf16-d64": _speculative_bf16_d64}
 
@@ -141,8 +141,8 @@ def test_fake_tensors_give_errors(rng, device):
 
 def test_fake_cuda_tensors_head_dimensions(rng):
     """Fake CUDA tensors (no GPU needed): the CUDA decode takes K = V = 128 and K = V = 64 (fp32 and
-    bf16 pools, speculative rows), the CUDA forward K = V = 128 only; other head dimensions are
-    NotImplementedError naming q."""
+    bf16 pools, speculative rows), and so does the CUDA forward (fixed and packed batches, fp32 and
+    bf16 states); other head dimensions are NotImplementedError naming q."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     def fake(x):
@@ -152,7 +152,16 @@ def test_fake_cuda_tensors_head_dimensions(rng):
     decodes = [_plain(rng), _speculative(rng), _plain(rng, 64), _speculative(rng, 64),
                _speculative_bf16_d64(rng)]
     unsupported = [_plain(rng, 32), _speculative(rng, 96)]
-    fwd64 = make_problem(rng, B=1, T=40, H=H, K=64, V=64, state="fp32")
+    fwds = [make_problem(rng, B=1, T=40, H=H, K=64, V=64, state="fp32"),
+            make_problem(rng, B=1, T=300, H=H, K=64, V=64, state="bf16", cu_seqlens=[200, 0, 1, 99]),
+            make_problem(rng, B=2, T=40, H=H, K=128, V=128, state="fp32")]
+    fwds_unsupported = [make_problem(rng, B=1, T=40, H=H, K=32, V=32, state="fp32"),
+                        make_problem(rng, B=1, T=40, H=H, K=96, V=96)]
+
+    def fwd(t):
+        flash_kda.fwd(t["q"], t["k"], t["v"], t["g"], t["beta"], t["scale"], t["out"], t["A_log"],
+                      t["dt_bias"], t["lower_bound"], t["initial_state"], t["final_state"],
+                      cu_seqlens=t["cu_seqlens"])
     with FakeTensorMode(allow_non_fake_inputs=False):
         for t in map(fake, decodes):
             _decode(t)
@@ -163,10 +172,12 @@ def test_fake_cuda_tensors_head_dimensions(rng):
                 _decode(t)
             with pytest.raises(NotImplementedError, match=unsupported_message):
                 torch.ops.flash_kda.decode(*_op_args(t))
-        t = fake(fwd64)
-        with pytest.raises(NotImplementedError, match=r"^q: the CUDA backend supports K = V = 128 \("):
-            flash_kda.fwd(t["q"], t["k"], t["v"], t["g"], t["beta"], t["scale"], t["out"], t["A_log"],
-                          t["dt_bias"], t["lower_bound"], t["initial_state"], t["final_state"])
+        for t in map(fake, fwds):
+            fwd(t)
+        for t in map(fake, fwds_unsupported):
+            with pytest.raises(NotImplementedError,
+                               match=r"^q: the CUDA forward supports K = V = 128 or K = V = 64 \(got K="):
+                fwd(t)
 
 
 def test_meta_tensors(rng):

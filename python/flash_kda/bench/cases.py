@@ -6,7 +6,7 @@ accuracy suite.
 A case is a plain dict: ``name``, ``H`` (= HV), and either ``lens`` (a packed varlen batch: B = 1,
 T = sum(lens), cu_seqlens) or ``B`` and ``T`` (a fixed batch of B sequences of T tokens); suite
 cases may also carry targets (``goal_ratio``, ``goal_ms``) and published times (``published``).
-K = V = 128 throughout (the CUDA kernels' size).
+K = V = 128 throughout (kda_gpu_check adds K = V = 64 cases of its own: fixed96_d64, fixed16_d64).
 """
 
 from __future__ import annotations

@@ -4,10 +4,11 @@
 // for a chunk whose operands do not fit fp16).
 //
 // With S the state at the chunk start (rows v of this warp), per chunk:
-//   step 1   X  = S k_tilde^T - v^T,  Xq = S q_tilde^T          [16 x 16] each, k = 128 channels
+//   step 1   X  = S k_tilde^T - v^T,  Xq = S q_tilde^T          [16 x 16] each, k = D channels
 //   step 2   U^T = X (-T)^T = (v - S k_tilde^T)^T-solve          [16 x 16], k = 16 tokens
 //   step 3   O^T = Xq + U^T M^T                                  -> out (bf16)
-//   step 4   S  = S Diag(gamma) + U^T k_dec                      [16 x 128], k = 16 tokens
+//   step 4   S  = S Diag(gamma) + U^T k_dec                      [16 x D], k = 16 tokens
+// (D = K = V: 128 or 64, Tr::kDim; the state's 16 rows are D / 8 accumulator tiles.)
 //
 // What the rows start from, whether v enters, where they end and which chunks they walk are set per
 // CTA by a RowsIO (kda_fwd_scheduler.cuh): the fused kernel and a sequence's real rows start from
@@ -93,6 +94,7 @@ struct Fp32StageView {
 template <class Tr, bool kCk>
 struct PackedStageView {
   using Stage = typename Tr::Stage;
+  using Prepared = KdaPrepared<Tr::kDim>;  // the chunk format of this head dimension
   static constexpr bool kScaleQ = true;        // q_hat comes without the output scale
   static constexpr bool kHalfProducts = true;  // fp16 MMAs for S k_tilde^T, S q_hat^T, U^T k_dec
   static constexpr bool kCheckpoints = kCk;    // RowsIO::ck_* (prefix-cache checkpoints)
@@ -123,15 +125,15 @@ struct PackedStageView {
   }
   // gamma of channels (16i + 2t, +1, 16i + 8 + 2t, +1)
   __device__ static float4 gamma4(const Stage& st, int i, int t4) {
-    return *reinterpret_cast<const float4*>(st.prepared + KdaPrepared::kGamma + 16 * (4 * i + t4));
+    return *reinterpret_cast<const float4*>(st.prepared + Prepared::kGamma + 16 * (4 * i + t4));
   }
   __device__ static float4 kq(const Stage& st, int offset, int g, int c) {
-    const float2 lo = word(st, offset, KdaPrepared::kq_word(g, c >> 1));
-    const float2 hi = word(st, offset, KdaPrepared::kq_word(g + 8, c >> 1));
+    const float2 lo = word(st, offset, Prepared::kq_word(g, c >> 1));
+    const float2 hi = word(st, offset, Prepared::kq_word(g + 8, c >> 1));
     return make_float4(lo.x, hi.x, lo.y, hi.y);
   }
-  __device__ static float4 k_frag(const Stage& st, int g, int c) { return kq(st, KdaPrepared::kKTilde, g, c); }
-  __device__ static float4 q_frag(const Stage& st, int g, int c) { return kq(st, KdaPrepared::kQHat, g, c); }
+  __device__ static float4 k_frag(const Stage& st, int g, int c) { return kq(st, Prepared::kKTilde, g, c); }
+  __device__ static float4 q_frag(const Stage& st, int g, int c) { return kq(st, Prepared::kQHat, g, c); }
   // -v of CTA rows r0 .. r0 + 15 as the C fragments of xk, by one transposing ldmatrix: matrix m is
   // tokens 8 (m / 2) .. + 7 of rows r0 + 8 (m % 2) .. + 7 (v is stored [token][row], bf16), so lane l
   // receives rows r0 + l / 4 (+ 8) at tokens 2 (l % 4), + 1 (+ 8): exactly xk[m / 2][2 (m % 2) ..].
@@ -147,15 +149,15 @@ struct PackedStageView {
     }
   }
   __device__ static float2 square(const Stage& st, int offset, int t, int s) {
-    return *reinterpret_cast<const float2*>(st.prepared + offset + 4 * KdaPrepared::square_word(t, s));
+    return *reinterpret_cast<const float2*>(st.prepared + offset + 4 * Prepared::square_word(t, s));
   }
-  __device__ static float2 neg_t(const Stage& st, int t, int s) { return square(st, KdaPrepared::kNegT, t, s); }
-  __device__ static float2 m(const Stage& st, int t, int s) { return square(st, KdaPrepared::kM, t, s); }
+  __device__ static float2 neg_t(const Stage& st, int t, int s) { return square(st, Prepared::kNegT, t, s); }
+  __device__ static float2 m(const Stage& st, int t, int s) { return square(st, Prepared::kM, t, s); }
   __device__ static float2 k_dec(const Stage& st, int c, int t) {
-    return word(st, KdaPrepared::kKDec, KdaPrepared::k_dec_word(c, t / 2));
+    return word(st, Prepared::kKDec, Prepared::k_dec_word(c, t / 2));
   }
   __device__ static float2 gamma(const Stage& st, int c) {
-    return *reinterpret_cast<const float2*>(st.prepared + KdaPrepared::kGamma + 4 * KdaPrepared::gamma_word(c));
+    return *reinterpret_cast<const float2*>(st.prepared + Prepared::kGamma + 4 * Prepared::gamma_word(c));
   }
 };
 
@@ -166,6 +168,7 @@ struct ChunkMath {
   using Stage = typename Tr::Stage;
   static constexpr int D = Tr::kDim;
   static constexpr int kTiles = D / 8;  // n8 tiles of the state
+  using Prepared = KdaPrepared<D>;
 
   int cwarp, lane, g, t4;
   bool has_v;
@@ -297,7 +300,7 @@ struct ChunkMath {
   // NaN), so xk alone shows it: some row's xk is then not finite, the whole warp returns false
   // and the caller recomputes the chunk's products in tf32 (which also covers inputs that are not
   // finite themselves). xq needs no check of its own: with the state finite in fp16 and
-  // |q_hat| <= 1 its sums stay below 128 * 65504 (fp32 accumulation), and a non-finite q makes
+  // |q_hat| <= 1 its sums stay below D * 65504 (fp32 accumulation), and a non-finite q makes
   // xq non-finite on either path.
   template <bool kOut>
   __device__ bool products_f16(const Stage& st, const float (&S)[kTiles][4], float (&xk)[2][4],
@@ -312,12 +315,12 @@ struct ChunkMath {
       const uint32_t af[4] = {ptx::pack_f16(S[2 * i][0], S[2 * i][1]), ptx::pack_f16(S[2 * i][2], S[2 * i][3]),
                               ptx::pack_f16(S[2 * i + 1][0], S[2 * i + 1][1]),
                               ptx::pack_f16(S[2 * i + 1][2], S[2 * i + 1][3])};
-      const uint4 bk = View::frag16(st, KdaPrepared::kKTilde, i, lane);
+      const uint4 bk = View::frag16(st, Prepared::kKTilde, i, lane);
       float(&ck)[2][4] = i % 2 ? xk_odd : xk;
       ptx::mma_f16(ck[0], af, bk.x, bk.y);
       ptx::mma_f16(ck[1], af, bk.z, bk.w);
       if constexpr (kOut) {
-        const uint4 bq = View::frag16(st, KdaPrepared::kQHat, i, lane);
+        const uint4 bq = View::frag16(st, Prepared::kQHat, i, lane);
         float(&cq)[2][4] = i % 2 ? xq_odd : xq;
         ptx::mma_f16(cq[0], af, bq.x, bq.y);
         ptx::mma_f16(cq[1], af, bq.z, bq.w);
@@ -375,7 +378,7 @@ struct ChunkMath {
                             ptx::pack_f16(u[1][0], u[1][1]), ptx::pack_f16(u[1][2], u[1][3])};
 #pragma unroll
     for (int i = 0; i < kTiles / 2; ++i) {
-      const uint4 kd = View::frag16(st, KdaPrepared::kKDec, i, lane);
+      const uint4 kd = View::frag16(st, Prepared::kKDec, i, lane);
       ptx::mma_f16(S[2 * i], af, kd.x, kd.y);
       ptx::mma_f16(S[2 * i + 1], af, kd.z, kd.w);
     }
@@ -445,7 +448,7 @@ struct KdaConsumer {
     store_rows(S, io.dst, io.dst_offset, io.dst_fp32);
   }
 
-  // This warp's 16 rows of S into a [*, HV, 128, 128] state tensor whose slice starts at element
+  // This warp's 16 rows of S into a [*, HV, D, D] state tensor whose slice starts at element
   // `offset` (row io.row0 of the slot and head).
   __device__ void store_rows(const float (&S)[kTiles][4], void* dst, int64_t offset, bool fp32) const {
     const int64_t base = offset + int64_t(cwarp) * 16 * D;
@@ -495,7 +498,7 @@ struct KdaConsumer {
           const int32_t slot = View::checkpoint_slot(sm, b);
           // A slot outside [0, P2) is skipped like -1 (device contents are not checked on the host).
           if (slot >= 0 && slot < a.checkpoint_pool_size)
-            store_rows(S, a.checkpoint_state, state_row_offset(slot, a.heads_v, w.hv, io.row0), a.checkpoint_fp32);
+            store_rows(S, a.checkpoint_state, state_row_offset<D>(slot, a.heads_v, w.hv, io.row0), a.checkpoint_fp32);
           const int step = View::checkpoint_step(sm);
           if (b + step <= last) stop = b + step + 1;
         }

@@ -1,5 +1,6 @@
-// The sm90 forward kernel: a scheduler picks the work unit, warps 0-7 take the producer role (two
-// groups) and the remaining warps the consumer role (see kda_fwd_traits.cuh for the shape).
+// The sm90 forward kernel: a scheduler picks the work unit, the first warps take the producer role
+// (two groups of D / 32 warps: warps 0-7 at D = 128, 0-3 at D = 64) and the remaining warps the
+// consumer role (see kda_fwd_traits.cuh for the shape).
 #pragma once
 
 #include "kda_fwd_consumer.cuh"
@@ -19,16 +20,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) kda_fwd_kernel(const __grid_c
   if (work.skip) return;  // uniform over the CTA, before any barrier
   const int warp = threadIdx.x >> 5;
   if (warp < Tr::kProducerWarps) {
-    const int group = warp / 4;
+    const int group = warp / (Tr::kGroupThreads / 32);
     KdaProducer<Tr, kSoftplus>(args, work, sm.group[group], group, threadIdx.x % Tr::kGroupThreads).run(sm.stage);
   } else {
-    const RowsIO io = whole_sequence_rows(args, work, Tr::kVRows);
+    const RowsIO io = whole_sequence_rows<Tr::kDim>(args, work, Tr::kVRows);
     KdaConsumer<Tr, Fp32StageView<Tr>>(args, work, io, sm, warp - Tr::kProducerWarps, threadIdx.x & 31).run();
   }
 }
 
-// Host-side launcher of one instantiation (defined in kda_fwd_sm90.cu).
-template <int kConsumerWarps>
+// Host-side launcher of one instantiation (head dimension kD; defined in kda_fwd_sm90.cu and
+// kda_fwd64_sm90.cu).
+template <int kD, int kConsumerWarps>
 cudaError_t launch_kda_fwd(const KdaFwdArgs& args, int64_t num_units, cudaStream_t stream);
 
 }  // namespace flash_kda::cuda::sm90

@@ -17,8 +17,12 @@
 // overflow. Its P2 forms the per-token factors alpha_t = exp(a_t) in [0, 1] and builds every decay
 // as a running product of them, never a quotient: k_tilde, q_tilde from the chunk start, k_dec to the
 // chunk end, gamma over the chunk; its P3 forms A and M pair by pair in fp32 (each thread the
-// contributions of its channel, reduced over the 128 channels with shuffles and a shared-memory
+// contributions of its channel, reduced over the D channels with shuffles and a shared-memory
 // combine; docs/kernel.md, "The softplus gate in the producer"). P1, P4 and the sinks are shared.
+//
+// A producer group has one thread per channel: 4 warps at D = 128, 2 at D = 64. P3 and P4 are
+// spread over the group's warps: with 4, warp 0 computes A and the inverse while warps 2 and 3
+// compute the two halves of M; with 2, warp 1 computes both halves of M.
 //
 // Where the prepared chunk goes is a policy (a "sink"): the fused kernel writes it into a ring
 // stage its consumers read (StageSink); the preparation pass writes it to the workspace in the
@@ -50,23 +54,23 @@ __device__ __forceinline__ void swap_if(bool swap, float a, float b, float& x, f
 template <class Stage>
 struct StageSink {
   Stage& st;
-  __device__ const float (*k_tilde() const)[KdaDims::kPitchKI] { return st.k_tilde; }
-  __device__ const float (*q_tilde() const)[KdaDims::kPitchKI] { return st.q_tilde; }
+  __device__ const float (*k_tilde() const)[Stage::kPitchKI] { return st.k_tilde; }
+  __device__ const float (*q_tilde() const)[Stage::kPitchKI] { return st.q_tilde; }
   // Tokens t and t + 8 of channel c (one interleaved 8-byte store each).
   __device__ void kq(int t, int c, const float (&k)[2], const float (&q)[2]) const {
     *reinterpret_cast<float2*>(&st.k_tilde[t][2 * c]) = make_float2(ptx::round_tf32(k[0]), ptx::round_tf32(k[1]));
     *reinterpret_cast<float2*>(&st.q_tilde[t][2 * c]) = make_float2(ptx::round_tf32(q[0]), ptx::round_tf32(q[1]));
   }
-  __device__ void k_dec(int c, const float (&kd)[KdaDims::kChunk]) const {
+  __device__ void k_dec(int c, const float (&kd)[kChunkTokens]) const {
 #pragma unroll
-    for (int t = 0; t < KdaDims::kChunk; t += 4)
+    for (int t = 0; t < kChunkTokens; t += 4)
       *reinterpret_cast<float4*>(&st.k_dec_t[c][t]) = make_float4(
           ptx::round_tf32(kd[t]), ptx::round_tf32(kd[t + 1]), ptx::round_tf32(kd[t + 2]), ptx::round_tf32(kd[t + 3]));
   }
   __device__ void gamma(int c, float g) const { st.gamma[c] = g; }
-  __device__ void neg_v(int c, const float (&nv)[KdaDims::kChunk]) const {
+  __device__ void neg_v(int c, const float (&nv)[kChunkTokens]) const {
 #pragma unroll
-    for (int t = 0; t < KdaDims::kChunk; t += 4)
+    for (int t = 0; t < kChunkTokens; t += 4)
       *reinterpret_cast<float4*>(&st.neg_v_t[c][t]) = make_float4(nv[t], nv[t + 1], nv[t + 2], nv[t + 3]);
   }
   __device__ void m(int t, int s, float x) const { st.m[t][s] = ptx::round_tf32(x); }
@@ -83,7 +87,9 @@ struct KdaProducer {
   static constexpr int D = Tr::kDim;
   static constexpr int P = Tr::kGroupThreads;
   static constexpr int kGroups = Tr::kProducerGroups;
-  // cp.async vectors (8 bf16) per thread and chunk: q, k, g rows of 128 channels, v rows of kVRows.
+  static constexpr int kWarps = P / 32;  // warps of a group: 4 (D = 128) or 2 (D = 64)
+  static_assert(P == D && (kWarps == 4 || kWarps == 2), "one producer thread per channel");
+  // cp.async vectors (8 bf16) per thread and chunk: q, k, g rows of D channels, v rows of kVRows.
   static constexpr int kQkgVecs = C * D / 8 / P;
   static constexpr int kVVecs = Tr::kLoadV ? (C * Tr::kVRows / 8 + P - 1) / P : 0;
   static constexpr int kVRowVecs = Tr::kLoadV ? Tr::kVRows / 8 : 1;  // 16-byte vectors of one v row
@@ -190,14 +196,18 @@ struct KdaProducer {
       before_tiles();
       softplus_tiles(raw, sink, alpha);  // also this warp's partial sums of A and M
       group_sync();                      // the partial sums are visible
-      // Warp 0 combines A and goes on to the inverse; warps 2 and 3 combine M meanwhile.
+      // Warp 0 combines A and goes on to the inverse; warps 2 and 3 (D = 64: warp 1) combine M
+      // meanwhile.
       const int warp = ptid >> 5;
       if (warp == 0) {
         softplus_l_matrix();
         __syncwarp();
         inverse(sink);
-      } else if (warp >= 2) {
-        softplus_m_matrix(sink, warp - 2);
+      } else if constexpr (kWarps == 4) {
+        if (warp >= 2) softplus_m_matrix(sink, warp - 2);
+      } else {
+        softplus_m_matrix(sink, 0);
+        softplus_m_matrix(sink, 1);
       }
       group_sync();
       return;
@@ -209,14 +219,17 @@ struct KdaProducer {
     tiles(raw, sink, G);
     group_sync();
     // Warp 0 computes A and goes straight on to the inverse, which needs nothing else; warps 2
-    // and 3 compute M meanwhile (warp 1 has no work here).
+    // and 3 compute M meanwhile (warp 1 has no work here). D = 64: warp 1 computes M.
     const int warp = ptid >> 5;
     if (warp == 0) {
       l_matrix(sink);
       __syncwarp();
       inverse(sink);
-    } else if (warp >= 2) {
-      m_matrix(sink, warp - 2);
+    } else if constexpr (kWarps == 4) {
+      if (warp >= 2) m_matrix(sink, warp - 2);
+    } else {
+      m_matrix(sink, 0);
+      m_matrix(sink, 1);
     }
     group_sync();  // (racecheck does not treat a fenced bar.arrive as ordering the writes before it)
   }
@@ -358,7 +371,7 @@ struct KdaProducer {
   }
 
   // P3a (warp 0): L = diag(beta) * strict_lower(k_tilde k_bar^T), both 8-column halves, over the
-  // 128 channels in eight independent accumulator chains; stored transposed for the inverse.
+  // D channels in eight independent accumulator chains; stored transposed for the inverse.
   template <class Sink>
   __device__ void l_matrix(const Sink& sink) {
     const int lane = ptid & 31, g = lane >> 2, t4 = lane & 3;
@@ -383,7 +396,8 @@ struct KdaProducer {
       }
   }
 
-  // P3b (warps 2, 3): the 8-column half `half` of M = lower(q_tilde k_bar^T).
+  // P3b (warps 2, 3; D = 64: warp 1, both halves): the 8-column half `half` of
+  // M = lower(q_tilde k_bar^T).
   template <class Sink>
   __device__ void m_matrix(const Sink& sink, int half) {
     const int lane = ptid & 31, g = lane >> 2, t4 = lane & 3, n0 = 8 * half;
@@ -448,7 +462,7 @@ struct KdaProducer {
                 "two columns of a pair fill 32 slots");
   // The per-warp partial sums [warp][pair][slot] live in the k_bar tile, which only the sigmoid
   // gate's P3 reads.
-  static_assert(sizeof(float) * (P / 32) * kPairs * 32 <= sizeof(Group::k_bar),
+  static_assert(sizeof(float) * kWarps * kPairs * 32 <= sizeof(Group::k_bar),
                 "the partial sums of A and M fit the k_bar tile");
   __device__ float* partial_sums() const { return &grp.k_bar[0][0]; }
 
@@ -586,8 +600,11 @@ struct KdaProducer {
   __device__ float pair_sum(int p, int slot) const {
     const float* part = partial_sums() + p * 32 + slot;
     constexpr int kW = kPairs * 32;  // one warp's partial sums
-    static_assert(P / 32 == 4, "four warps a group");
-    return (part[0] + part[kW]) + (part[2 * kW] + part[3 * kW]);
+    if constexpr (kWarps == 4) {
+      return (part[0] + part[kW]) + (part[2 * kW] + part[3 * kW]);
+    } else {
+      return part[0] + part[kW];
+    }
   }
 
   // P3b (softplus, warp 0): L^T, L = diag(beta) * strict_lower(A), every entry (zeros on and above
@@ -603,8 +620,9 @@ struct KdaProducer {
     }
   }
 
-  // P3c (softplus, warps 2, 3): rows 8 half .. 8 half + 7 of M, M[t][s] = sum_c q_hat_tc k_hat_sc P_ts
-  // (q_hat with the scale) for s <= t, every entry (zeros above the diagonal), as m_matrix() stores it.
+  // P3c (softplus, warps 2, 3; D = 64: warp 1, both halves): rows 8 half .. 8 half + 7 of M,
+  // M[t][s] = sum_c q_hat_tc k_hat_sc P_ts (q_hat with the scale) for s <= t, every entry (zeros
+  // above the diagonal), as m_matrix() stores it.
   template <class Sink>
   __device__ void softplus_m_matrix(const Sink& sink, int half) {
     const int lane = ptid & 31;

@@ -24,10 +24,11 @@ struct WorkUnit {
 
 // Chunks of a sequence of `len` tokens on a grid shifted by `shift` (0 for an empty sequence).
 __host__ __device__ __forceinline__ int64_t chunk_count(int64_t len, int shift) {
-  return len > 0 ? (len + shift + KdaDims::kChunk - 1) / KdaDims::kChunk : 0;
+  return len > 0 ? (len + shift + kChunkTokens - 1) / kChunkTokens : 0;
 }
 
-// What one CTA's consumers do with their kVRows rows (row0 = the slice's first row within 128).
+// What one CTA's consumers do with their kVRows rows (row0 = the slice's first row within the D
+// rows of the state).
 struct RowsIO {
   const void* init;     // state to start from; nullptr: zeros, or the identity with `identity`
   void* dst;            // where the rows end; nullptr: nowhere
@@ -46,19 +47,21 @@ struct RowsIO {
   int ck_next, ck_step, ck_last, ck_m;
 };
 
-// Element offset of row `row` of slot `slot`, head hv in a [*, HV, 128, 128] state tensor.
+// Element offset of row `row` of slot `slot`, head hv in a [*, HV, kD, kD] state tensor.
+template <int kD>
 __device__ __forceinline__ int64_t state_row_offset(int64_t slot, int heads_v, int hv, int row) {
-  return ((slot * heads_v + hv) * KdaDims::kDim + row) * KdaDims::kDim;
+  return ((slot * heads_v + hv) * kD + row) * kD;
 }
 
 // The fused kernel's rows: from initial_state (zeros without it or with has_initial_state == 0) to
-// final_state over the whole sequence, writing out.
+// final_state over the whole sequence, writing out (head dimension kD).
+template <int kD>
 __device__ __forceinline__ RowsIO whole_sequence_rows(const KdaFwdArgs& a, const WorkUnit& w, int rows) {
   RowsIO io;
   io.row0 = w.slice * rows;
   io.init = (a.initial_state != nullptr && !w.zero_init) ? a.initial_state : nullptr;
   io.dst = a.final_state;
-  io.init_offset = io.dst_offset = state_row_offset(w.slot, a.heads_v, w.hv, io.row0);
+  io.init_offset = io.dst_offset = state_row_offset<kD>(w.slot, a.heads_v, w.hv, io.row0);
   io.init_fp32 = a.initial_fp32;
   io.dst_fp32 = a.final_fp32;
   io.chunk0 = 0;

@@ -8,6 +8,10 @@
 //     bound chain; two groups keep two chunks in preparation at once.
 //   consumer warps (kVRows / 16): each keeps 16 rows of the fp32 state in registers as the MMA
 //     accumulator and runs the state-dependent part of every chunk.
+//
+// Every size below is a template on the head dimension kD = K = V (128 or 64): the tiles, the
+// prepared format's byte offsets, the producer group (one thread per channel: 4 warps at 128, 2 at
+// 64), the rows a CTA may own (at most kD) and the chain's kD x kD states.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +41,7 @@ struct KdaFwdArgs {
   // Prefix-cache checkpoints (docs/spec.md, "Prefix-cache checkpoints"; docs/kernel.md, "The
   // shifted chunk grid and checkpoints"): only the prepared plans write them. Interval 0: none.
   const void* checkpoint_start;                                 // int32 / int64 [N], or nullptr (all 0)
-  void* checkpoint_state;                                       // [checkpoint_pool_size, HV, 128, 128]
+  void* checkpoint_state;                                       // [checkpoint_pool_size, HV, D, D]
   const int32_t* checkpoint_indices;                            // [N, checkpoint_columns], rows checkpoint_stride apart
   int64_t checkpoint_interval;                                  // I (a multiple of 16), 0: no checkpoints
   int64_t checkpoint_pool_size;                                 // P2: a slot outside [0, P2) is skipped like -1
@@ -48,7 +52,7 @@ struct KdaFwdArgs {
   int num_seqs;                                                 // N
   int heads_v;                                                  // HV
   int group;                                                    // HV / H (value heads per q/k head)
-  int slices;                                                   // 128 / kVRows: CTAs per (sequence, head)
+  int slices;                                                   // D / kVRows: CTAs per (sequence, head)
   float scale;
   float lower_bound_log2;         // lower_bound * log2(e): gates are kept in base 2 (sigmoid gate)
   float beta_scale;               // 1, or 2 with allow_neg_eigval (beta = 2 sigmoid(logit))
@@ -58,50 +62,63 @@ struct KdaFwdArgs {
   bool checkpoint_start_i64, checkpoint_fp32;
 };
 
-// Sizes shared by every kernel of the forward (fused, preparation, recurrence).
+// Tokens per chunk: |lower_bound| * 16 * log2(e) <= 115.4 < 126 (docs/kernel.md, numerics).
+constexpr int kChunkTokens = 16;
+
+// Sizes shared by every kernel of the forward (fused, preparation, recurrence), for head dimension
+// kD = K = V.
+template <int kD>
 struct KdaDims {
-  static constexpr int kDim = 128;           // K = V
-  static constexpr int kChunk = 16;          // tokens per chunk: |lower_bound| * 16 * log2(e) <= 115.4 < 126
-  static constexpr int kGroupThreads = 128;  // one producer/loader thread per channel
+  static_assert(kD == 128 || kD == 64, "the forward kernels are built for K = V = 128 and 64");
+  static constexpr int kDim = kD;              // K = V
+  static constexpr int kChunk = kChunkTokens;  // tokens per chunk
+  static constexpr int kGroupThreads = kD;     // one producer/loader thread per channel
   // Row pitches (floats) chosen so that the 8-byte fragment loads of a half-warp (rows g = 0..3,
   // columns 2t..2t+1) hit 16 distinct bank pairs: pitch mod 32 = 8 or 24.
   static constexpr int kPitchK = kDim + 8;  // [token][channel] tiles
   // Token-interleaved tiles hold element (t, c) at [t % 8][2c + t / 8]: the four values a tf32 A
   // fragment needs (rows g and g + 8, channels 2t and 2t + 1), or the B pairs of both token
-  // halves, are then one 16-byte load. A pitch of 272 (16 mod 32 banks) keeps a quarter-warp's
-  // 16-byte loads conflict-free.
+  // halves, are then one 16-byte load. A pitch of 272 or 144 (16 mod 32 banks) keeps a
+  // quarter-warp's 16-byte loads conflict-free.
   static constexpr int kPitchKI = 2 * kDim + 16;
   static constexpr int kPitchT = kChunk + 8;  // [channel][token] and [token][token] tiles
 };
 
 // One prepared chunk of one value head as the preparation pass stores it in the workspace and the
-// recurrence kernel copies it, unchanged, into shared memory (byte offsets; 14,848 bytes against
-// 16.4 KB of raw q, k, v, g, beta). The three 16 x 128 tiles are fp16: every element is at most 1 in
-// magnitude (unit-norm k_hat and q_hat times decays <= 1), fp16 keeps tf32's 10-bit mantissa, and
-// what underflows below 2^-24 is an absolute error under 6e-8 on a unit-norm vector. q_hat is
-// stored without `scale` (any finite scale then fits); the consumers multiply it in. The 16 x 16
-// matrices and gamma stay fp32 (tf32-rounded like the fused kernel's stage).
+// recurrence kernel copies it, unchanged, into shared memory (byte offsets, for head dimension kD;
+// 14,848 bytes at kD = 128 against 16.4 KB of raw q, k, v, g, beta, 8,448 at kD = 64). The three
+// 16 x kD tiles are fp16: every element is at most 1 in magnitude (unit-norm k_hat and q_hat times
+// decays <= 1), fp16 keeps tf32's 10-bit mantissa, and what underflows below 2^-24 is an absolute
+// error under 6e-8 on a unit-norm vector. q_hat is stored without `scale` (any finite scale then
+// fits); the consumers multiply it in. The 16 x 16 matrices and gamma stay fp32 (tf32-rounded like
+// the fused kernel's stage).
 //
 // The tiles are laid out in the order the consumers' fp16 MMA fragments (m16n8k16) take them:
 // lane l = 4 g + t of a warp reads 16-byte unit 32 i + l for step i, so a warp's fragment load is
 // 512 contiguous bytes (no bank conflicts) and one instruction. A word is a half2 of two adjacent
 // contraction indices (channels for k_tilde and q_hat, tokens for k_dec). The parts that produce
-// no output read only the first kOutputFree bytes.
+// no output read only the first kOutputFree bytes. The word layouts do not depend on kD (a smaller
+// kD has fewer steps i); only the offsets of the parts do.
+template <int kD>
 struct KdaPrepared {
   // fp16 words (token n, channel pair p = channels 2p, 2p + 1): unit (8 (p / 8) + n % 8) * 4 + p % 4,
   // word 2 (n / 8) + (p % 8) / 4 of it: k_hat 2^{G_t}
   static constexpr int kKTilde = 0;
   // fp16 words (channel c, token pair w = tokens 2w, 2w + 1) of k_hat_s 2^{G_last - G_s}:
   // unit (8 (c / 16) + c % 8) * 4 + w % 4, word 2 ((c / 8) % 2) + w / 4 of it
-  static constexpr int kKDec = 4096;
+  static constexpr int kKDec = 32 * kD;
   // fp32 [16][16], element (t, s) at t * 16 + (s ^ 8 ((t / 2) % 2)): -(I + diag(beta) A)^{-1} diag(beta)
-  static constexpr int kNegT = 8192;
-  // fp32 [128]: 2^{G_last}; channel c at unit 4 (c / 16) + (c % 8) / 2, word 2 ((c / 8) % 2) + c % 2
-  static constexpr int kGamma = 9216;
-  static constexpr int kOutputFree = 9728;
-  static constexpr int kQHat = 9728;  // fp16, as k_tilde: q_hat 2^{G_t} (no scale)
-  static constexpr int kM = 13824;    // fp32, as -T: masked q_tilde k_bar^T (with scale)
-  static constexpr int kBytes = 14848;
+  static constexpr int kNegT = 64 * kD;
+  // fp32 [kD]: 2^{G_last}; channel c at unit 4 (c / 16) + (c % 8) / 2, word 2 ((c / 8) % 2) + c % 2
+  static constexpr int kGamma = 64 * kD + 1024;
+  static constexpr int kOutputFree = 68 * kD + 1024;
+  static constexpr int kQHat = kOutputFree;   // fp16, as k_tilde: q_hat 2^{G_t} (no scale)
+  static constexpr int kM = 100 * kD + 1024;  // fp32, as -T: masked q_tilde k_bar^T (with scale)
+  static constexpr int kBytes = 100 * kD + 2048;
+  static_assert(kD != 128 || (kKDec == 4096 && kNegT == 8192 && kGamma == 9216 && kQHat == 9728 && kM == 13824 &&
+                              kBytes == 14848),
+                "the K = V = 128 format");
+  static_assert(kOutputFree % 16 == 0 && kBytes % 16 == 0, "bulk copies move multiples of 16 bytes");
 
   __host__ __device__ static constexpr int kq_word(int n, int p) {
     return ((8 * (p >> 3) + (n & 7)) * 4 + (p & 3)) * 4 + 2 * (n >> 3) + ((p >> 2) & 1);
@@ -117,11 +134,12 @@ struct KdaPrepared {
 
 // The shared-memory tiles of one prepared chunk as the consumers read them (all values already
 // rounded to tf32), for a CTA owning kVRows rows of the state.
-template <int kVRows>
+template <int kD, int kVRows>
 struct KdaStage {
   // (no base class: an empty base shared with a member's type would shift the first member)
-  static constexpr int kChunk = KdaDims::kChunk, kDim = KdaDims::kDim;
-  static constexpr int kPitchK = KdaDims::kPitchK, kPitchKI = KdaDims::kPitchKI, kPitchT = KdaDims::kPitchT;
+  static constexpr int kChunk = KdaDims<kD>::kChunk, kDim = KdaDims<kD>::kDim;
+  static constexpr int kPitchK = KdaDims<kD>::kPitchK, kPitchKI = KdaDims<kD>::kPitchKI;
+  static constexpr int kPitchT = KdaDims<kD>::kPitchT;
   float k_tilde[kChunk / 2][kPitchKI];  // k_hat_t * 2^{G_t}, token-interleaved
   float q_tilde[kChunk / 2][kPitchKI];  // scale * q_hat_t * 2^{G_t}, token-interleaved
   float k_dec_t[kDim][kPitchT];         // k_hat_s * 2^{G_last - G_s}, [channel][token]
@@ -132,10 +150,9 @@ struct KdaStage {
 };
 
 // One chunk of inputs as stored in memory (bf16); v holds this CTA's kVRows columns (none: 0).
-template <int kVRows>
+template <int kD, int kVRows>
 struct KdaRaw {
-  static constexpr int kChunk = KdaDims::kChunk, kDim = KdaDims::kDim;
-  static constexpr int kPitchK = KdaDims::kPitchK, kPitchKI = KdaDims::kPitchKI, kPitchT = KdaDims::kPitchT;
+  static constexpr int kChunk = KdaDims<kD>::kChunk, kDim = KdaDims<kD>::kDim;
   uint16_t q[kChunk][kDim];
   uint16_t k[kChunk][kDim];
   uint16_t g[kChunk][kDim];
@@ -143,11 +160,11 @@ struct KdaRaw {
 };
 
 // Private to one producer group: its raw buffers and the tiles only the preparation reads.
-template <int kVRows, int kRawStages>
+template <int kD, int kVRows, int kRawStages>
 struct KdaGroup {
-  static constexpr int kChunk = KdaDims::kChunk, kDim = KdaDims::kDim;
-  static constexpr int kPitchK = KdaDims::kPitchK, kPitchKI = KdaDims::kPitchKI, kPitchT = KdaDims::kPitchT;
-  KdaRaw<kVRows> raw[kRawStages];
+  static constexpr int kChunk = KdaDims<kD>::kChunk, kDim = KdaDims<kD>::kDim;
+  static constexpr int kPitchK = KdaDims<kD>::kPitchK;
+  KdaRaw<kD, kVRows> raw[kRawStages];
   float k_bar[kChunk][kPitchK];  // k_hat_s * 2^{-G_s} (A and M only); the softplus gate: partial sums of A, M
   float l_t[kChunk][kChunk];     // L^T with L = diag(beta) * strict_lower(A)
   float rq[kChunk];              // scale / ||q_t||
@@ -157,10 +174,13 @@ struct KdaGroup {
 
 // The fused kernel: every CTA prepares its chunks itself (two producer groups) and runs the
 // recurrence on its rows.
-template <int kConsumerWarps_>
-struct KdaFwdTraits : KdaDims {
+template <int kD, int kConsumerWarps_>
+struct KdaFwdTraits : KdaDims<kD> {
+  using Dims = KdaDims<kD>;
+  using Dims::kChunk, Dims::kDim, Dims::kGroupThreads;
   static constexpr int kConsumerWarps = kConsumerWarps_;
   static constexpr int kVRows = 16 * kConsumerWarps;  // state rows per CTA
+  static_assert(kVRows <= kDim && kDim % kVRows == 0, "a CTA owns a slice of the kD state rows");
   // 8 consumer warps make 512 threads: 128 registers a thread, which both roles nearly fit.
   static constexpr int kProducerGroups = 2;
   static constexpr bool kLoadV = true;         // the producer stages this CTA's v columns
@@ -179,9 +199,9 @@ struct KdaFwdTraits : KdaDims {
   static constexpr int kBarEmpty0 = 1 + kStages;      // + stage: consumers arrive, producers wait
   static constexpr int kBarGroup0 = 1 + 2 * kStages;  // + group: the group's own barrier
 
-  using Stage = KdaStage<kVRows>;
-  using Raw = KdaRaw<kVRows>;
-  using Group = KdaGroup<kVRows, kRawStages>;
+  using Stage = KdaStage<kD, kVRows>;
+  using Raw = KdaRaw<kD, kVRows>;
+  using Group = KdaGroup<kD, kVRows, kRawStages>;
   struct Smem {
     Stage stage[kStages];
     Group group[kProducerGroups];
@@ -193,17 +213,22 @@ struct KdaFwdTraits : KdaDims {
 
 // The preparation pass: one producer group a CTA, several CTAs an SM, each preparing a few
 // consecutive chunks of one (sequence, value head) into the workspace (KdaPrepared).
-struct KdaPrepTraits : KdaDims {
+template <int kD>
+struct KdaPrepTraits : KdaDims<kD> {
+  using Dims = KdaDims<kD>;
+  using Dims::kChunk, Dims::kDim, Dims::kGroupThreads, Dims::kPitchKI;
   static constexpr int kVRows = 0;
   static constexpr bool kLoadV = false;
   static constexpr bool kShiftedGrid = true;  // WorkUnit::shift may be nonzero (checkpoints)
   static constexpr int kProducerGroups = 1;
   static constexpr int kThreads = kGroupThreads;
   static constexpr int kRawStages = 2;
-  static constexpr int kCtasPerSm = 4;  // 128 registers a thread, ~52 KB of shared memory a CTA
+  // kD = 128: 128 registers a thread, ~52 KB of shared memory a CTA. kD = 64: CTAs of 64 threads
+  // and ~28 KB, twice as many: the same 16 warps and 128 registers a thread.
+  static constexpr int kCtasPerSm = kD == 128 ? 4 : 8;
   static constexpr int kBarGroup0 = 1;
-  using Raw = KdaRaw<0>;
-  using Group = KdaGroup<0, kRawStages>;
+  using Raw = KdaRaw<kD, 0>;
+  using Group = KdaGroup<kD, 0, kRawStages>;
   struct Tiles {  // k_tilde and q_tilde in the layout the A and M products read
     float k_tilde[kChunk / 2][kPitchKI];
     float q_tilde[kChunk / 2][kPitchKI];
@@ -213,25 +238,31 @@ struct KdaPrepTraits : KdaDims {
     Tiles tiles;
   };
   static constexpr int kSmemBytes = sizeof(Smem);
+  // (an SM has 228 KB of shared memory, 1 KB of it reserved per CTA)
+  static_assert(kCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024, "kCtasPerSm CTAs fit an SM");
 };
 
 // The recurrence kernel of the prepared plans: one loader warp copies prepared chunks from the
 // workspace into a ring of shared-memory stages with bulk copies (mbarrier hand-offs); the
 // consumers read them in place (fp16 tiles converted as they load their fragments).
-template <int kConsumerWarps_>
-struct KdaRecTraits : KdaDims {
+template <int kD, int kConsumerWarps_>
+struct KdaRecTraits : KdaDims<kD> {
+  using Dims = KdaDims<kD>;
+  using Dims::kChunk, Dims::kDim;
+  using Prepared = KdaPrepared<kD>;
   static constexpr int kConsumerWarps = kConsumerWarps_;
   static constexpr int kVRows = 16 * kConsumerWarps;
+  static_assert(kVRows <= kDim && kDim % kVRows == 0, "a CTA owns a slice of the kD state rows");
   static constexpr int kLoaderWarps = 1;
   static constexpr int kThreads = 32 * (kLoaderWarps + kConsumerWarps);
   struct Stage {
-    alignas(16) unsigned char prepared[KdaPrepared::kBytes];
+    alignas(16) unsigned char prepared[Prepared::kBytes];
     // this CTA's v columns, as stored (bf16); rows padded by 16 bytes so that the eight 16-byte rows
     // of a transposing ldmatrix fall in distinct bank groups
     uint16_t v[kChunk][kVRows + 8];
   };
   // A consumer step is ~1 us and a load from HBM 1-2 us: as many chunks in flight as ~208 KB
-  // hold (11 with 128 rows, 14 with 16).
+  // hold (11 with 128 rows, 14 with 16; 16 at kD = 64).
   static constexpr int kStages = int((208 * 1024) / sizeof(Stage)) < 16 ? int((208 * 1024) / sizeof(Stage)) : 16;
   struct Smem {
     Stage stage[kStages];

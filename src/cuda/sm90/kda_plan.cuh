@@ -59,8 +59,8 @@ __host__ __device__ constexpr int64_t segment_count(int64_t chunks, int64_t L, i
 
 struct PlanArgs {
   SeqTable seq;
-  unsigned char* prepared;  // [chunk slot][HV][KdaPrepared::kBytes]
-  float* seg_start;         // [extra slot][HV][128][128]: S_j
+  unsigned char* prepared;  // [chunk slot][HV][KdaPrepared<D>::kBytes]
+  float* seg_start;         // [extra slot][HV][D][D]: S_j
   float* seg_r;             // R_j
   float* seg_p;             // P_j
   int* device_plan;         // with KdaFwdArgs::device_plan: the plan kernel writes 1 (fused) or 0
@@ -68,7 +68,7 @@ struct PlanArgs {
   int seg_chunks;   // L; a value >= every sequence's chunk count means no split
   int seg0_chunks;  // L0 = first_segment_chunks(L) <= L: segment 0 of a split sequence
   int prep_chunks;  // consecutive chunks one preparation CTA prepares
-  int slices;       // CTAs sharing the 128 rows of one part in this launch
+  int slices;       // CTAs sharing the D rows of one part in this launch
 };
 
 // The last n in [0, N) with off[n] <= r (off non-decreasing, off[0] = 0 <= r): a warp-wide search,
@@ -121,19 +121,23 @@ __device__ __forceinline__ WorkUnit table_unit(const KdaFwdArgs& a, const SeqTab
 // The chain of a split sequence: S_{j+1} = S_j P_j + R_j for j = 1 .. m-2, in fp32 (every P_j is a
 // product of factors Diag(alpha)(I - beta k k^T) of norm <= 1, so the chain cannot amplify the
 // rounding of earlier steps). One CTA per (split sequence, head, 8 rows); P_{j+1} and R_{j+1} are
-// fetched while step j computes.
+// fetched while step j computes. kD: the head dimension (the states are kD x kD).
+template <int kD>
 struct ChainTraits {
-  static constexpr int kRows = 8;       // state rows per CTA
-  static constexpr int kThreads = 128;  // thread c: column c of the CTA's rows
-  static constexpr int kTileK = 16;     // rows of P per streamed tile
-  static constexpr int kRing = 6;       // tiles in flight
+  static constexpr int kDim = kD;
+  static constexpr int kRows = 8;      // state rows per CTA
+  static constexpr int kThreads = kD;  // thread c: column c of the CTA's rows
+  static constexpr int kTileK = 16;    // rows of P per streamed tile
+  // Tiles in flight: 6 of the 8 tiles of a 128 x 128 P; 4 (all of P) at kD = 64, since a step's
+  // R_{j+1} must not land before every thread has read R_j (kRing - 1 < kD / kTileK).
+  static constexpr int kRing = kD == 128 ? 6 : 4;
   struct Smem {
-    float p[kRing][kTileK][KdaDims::kDim];  // P_j streamed in k tiles (8 KB each)
-    float r[kRows][KdaDims::kDim];          // this CTA's rows of R_j
-    float s_t[KdaDims::kDim][kRows];        // the current rows, transposed: s_t[k][row]
+    float p[kRing][kTileK][kD];  // P_j streamed in k tiles (8 KB each at kD = 128, 4 KB at 64)
+    float r[kRows][kD];          // this CTA's rows of R_j
+    float s_t[kD][kRows];        // the current rows, transposed: s_t[k][row]
     int seq;
   };
-  static constexpr int kSmemBytes = sizeof(Smem);  // ~56 KB: four CTAs an SM
+  static constexpr int kSmemBytes = sizeof(Smem);  // ~56 KB at kD = 128: four CTAs an SM (~20 KB at 64)
 };
 
 }  // namespace flash_kda::cuda::sm90

@@ -1,4 +1,5 @@
-// Host-side launchers of the prepared plans' kernels (defined in kda_prepared_sm90.cu).
+// Host-side launchers of the prepared plans' kernels (kda_prepared_launch.cuh; instantiated in
+// kda_prepared_sm90.cu for K = V = 128 and kda_prepared64_sm90.cu for 64).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -12,11 +13,13 @@ namespace flash_kda::cuda::sm90 {
 struct PlanArgs;
 
 cudaError_t launch_kda_plan(const KdaFwdArgs& a, const PlanArgs& p, cudaStream_t stream);
+template <int kD>
 cudaError_t launch_kda_prep(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas, cudaStream_t stream);
 // pass 1: each sequence's first segment (or all of it) and the split segments' R and P rows;
 // pass 3: the split segments from their true start states.
-template <int kConsumerWarps>
+template <int kD, int kConsumerWarps>
 cudaError_t launch_kda_rec(const KdaFwdArgs& a, const PlanArgs& p, int pass, int64_t ctas, cudaStream_t stream);
+template <int kD>
 cudaError_t launch_kda_chain(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas, cudaStream_t stream);
 
 }  // namespace flash_kda::cuda::sm90

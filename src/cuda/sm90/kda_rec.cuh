@@ -14,7 +14,7 @@
 #include "../common/bulk_copy.cuh"
 #include "../common/ptx.cuh"
 #include "kda_fwd_consumer.cuh"
-#include "kda_plan_kernels.cuh"
+#include "kda_plan.cuh"
 #include "kda_prep.cuh"
 
 namespace flash_kda::cuda::sm90 {
@@ -46,7 +46,8 @@ struct KdaLoader {
   // one 4-byte cp.async, covered by the same arrival).
   __device__ void run() {
     constexpr int kPieces = kVRowBytes / 16;  // 16-byte pieces of one v row
-    const uint32_t prepared_bytes = io.write_out ? KdaPrepared::kBytes : KdaPrepared::kOutputFree;
+    using Prepared = typename Tr::Prepared;
+    const uint32_t prepared_bytes = io.write_out ? Prepared::kBytes : Prepared::kOutputFree;
     int ck_next = io.ck_next, ck_m = io.ck_m;  // the walk's next boundary chunk and its column
     for (int i = 0; i < io.nchunks; ++i) {
       const int s = i % Tr::kStages;
@@ -77,10 +78,12 @@ struct KdaLoader {
   }
 };
 
-// The rows of part `local` of sequence w.seq in pass 1 or 3 (kda_plan.cuh lists them).
+// The rows of part `local` of sequence w.seq in pass 1 or 3 (kda_plan.cuh lists them), for head
+// dimension kD.
+template <int kD>
 __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs& p, const WorkUnit& w, int pass,
                                             int64_t local, int rows) {
-  constexpr int C = KdaDims::kChunk;
+  constexpr int C = kChunkTokens;
   const int n = w.seq;
   const int64_t nc = chunk_count(w.len, w.shift), L = p.seg_chunks, L0 = p.seg0_chunks;
   const int64_t e0 = p.seq.extra_off[n];
@@ -90,7 +93,7 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
   io.identity = false;
   io.has_v = true;
   io.write_out = true;
-  const int64_t own = state_row_offset(w.slot, a.heads_v, w.hv, io.row0);
+  const int64_t own = state_row_offset<kD>(w.slot, a.heads_v, w.hv, io.row0);
   auto to_final = [&] {
     io.dst = a.final_state;
     io.dst_fp32 = a.final_fp32;
@@ -98,7 +101,7 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
   };
   auto segment_rows = [&](float* buf, int64_t e, void*& ptr, int64_t& offset, bool& fp32) {
     ptr = buf;
-    offset = state_row_offset(e, a.heads_v, w.hv, io.row0);
+    offset = state_row_offset<kD>(e, a.heads_v, w.hv, io.row0);
     fp32 = true;
   };
   if (pass == 1 && local == 0) {  // segment 0 (or the whole sequence) from its true start
@@ -179,7 +182,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   WorkUnit w = table_unit(a, p.seq, n, hv, slice);
   if (w.skip) return;  // padding: nothing is read or written
   if constexpr (!kCk) w.shift = 0;
-  const RowsIO io = part_rows(a, p, w, pass, local, Tr::kVRows);
+  const RowsIO io = part_rows<Tr::kDim>(a, p, w, pass, local, Tr::kVRows);
   if (threadIdx.x == 0) {
     for (int s = 0; s < Tr::kStages; ++s) {
       mbarrier_init(&sm.full[s], 32);  // every loader lane
@@ -195,8 +198,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     KdaLoader<Tr, kCk>{w,
                        io,
                        sm,
-                       prepared_chunk(p, a.heads_v, n, hv, io.chunk0),
-                       int64_t(a.heads_v) * KdaPrepared::kBytes,
+                       prepared_chunk<Tr::kDim>(p, a.heads_v, n, hv, io.chunk0),
+                       int64_t(a.heads_v) * Tr::Prepared::kBytes,
                        v_base,
                        a.v_s[1],
                        a.checkpoint_indices + int64_t(n) * a.checkpoint_stride,

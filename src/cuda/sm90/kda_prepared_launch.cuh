@@ -1,0 +1,58 @@
+// The launchers of the prepared plans' kernels that depend on the head dimension (preparation,
+// recurrence, chain), for the translation units that instantiate them: kda_prepared_sm90.cu for
+// K = V = 128 (with the plan kernel, which serves every head dimension), kda_prepared64_sm90.cu for 64.
+#pragma once
+
+#include "../dispatch_common.h"
+#include "kda_chain.cuh"
+#include "kda_prepared.h"
+#include "kda_rec.cuh"
+
+namespace flash_kda::cuda::sm90 {
+
+namespace prepared_launch {
+
+template <int kD, bool kSoftplus>
+cudaError_t launch_prep_gate(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas, cudaStream_t stream) {
+  using Tr = KdaPrepTraits<kD>;
+  const cudaError_t e = raise_smem_limit<kda_prep_kernel<kD, kSoftplus>>(Tr::kSmemBytes);
+  if (e != cudaSuccess) return e;
+  kda_prep_kernel<kD, kSoftplus><<<dim3(static_cast<unsigned>(ctas)), Tr::kThreads, Tr::kSmemBytes, stream>>>(a, p);
+  return cudaGetLastError();
+}
+
+template <class Tr, bool kCk>
+cudaError_t launch_rec(const KdaFwdArgs& a, const PlanArgs& p, int pass, int64_t ctas, cudaStream_t stream) {
+  const cudaError_t e = raise_smem_limit<kda_rec_kernel<Tr, kCk>>(Tr::kSmemBytes);
+  if (e != cudaSuccess) return e;
+  kda_rec_kernel<Tr, kCk><<<dim3(static_cast<unsigned>(ctas)), Tr::kThreads, Tr::kSmemBytes, stream>>>(a, p, pass);
+  return cudaGetLastError();
+}
+
+}  // namespace prepared_launch
+
+// The softplus gate has its own preparation kernel (docs/spec.md, "Gate forms"); the recurrence,
+// chain and plan kernels serve every gate.
+template <int kD>
+cudaError_t launch_kda_prep(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas, cudaStream_t stream) {
+  return a.softplus_gate ? prepared_launch::launch_prep_gate<kD, true>(a, p, ctas, stream)
+                         : prepared_launch::launch_prep_gate<kD, false>(a, p, ctas, stream);
+}
+
+template <int kD, int kConsumerWarps>
+cudaError_t launch_kda_rec(const KdaFwdArgs& a, const PlanArgs& p, int pass, int64_t ctas, cudaStream_t stream) {
+  using Tr = KdaRecTraits<kD, kConsumerWarps>;
+  return a.checkpoint_interval > 0 ? prepared_launch::launch_rec<Tr, true>(a, p, pass, ctas, stream)
+                                   : prepared_launch::launch_rec<Tr, false>(a, p, pass, ctas, stream);
+}
+
+template <int kD>
+cudaError_t launch_kda_chain(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas, cudaStream_t stream) {
+  using Tr = ChainTraits<kD>;
+  const cudaError_t e = raise_smem_limit<kda_chain_kernel<kD>>(Tr::kSmemBytes);
+  if (e != cudaSuccess) return e;
+  kda_chain_kernel<kD><<<dim3(static_cast<unsigned>(ctas)), Tr::kThreads, Tr::kSmemBytes, stream>>>(a, p);
+  return cudaGetLastError();
+}
+
+}  // namespace flash_kda::cuda::sm90

@@ -103,8 +103,11 @@ struct PackedStageView {
     return sm.stage[r.stage];
   }
   __device__ static void release(typename Tr::Smem& sm, RingPos<Tr::kStages> r, int i, int nchunks, int lane) {
-    __syncwarp();
-    if (lane == 0) mbarrier_arrive(&sm.empty[r.stage]);
+    // Every lane arrives (EMPTY counts 32 a consumer warp): an arrival releases the arriving
+    // thread's own reads of the stage, so the loader's copies into it are ordered after every
+    // lane's, without relying on the warp barrier's ordering (compute-sanitizer's racecheck flags
+    // a single lane's arrival; 32 arrivals cost nothing measurable, docs/perf_log.md).
+    mbarrier_arrive(&sm.empty[r.stage]);
   }
   // Checkpoints: the slot of boundary walk chunk i (the loader brought it with the chunk, into a
   // ring one entry longer than the stages: the entry is not reused before every consumer warp has

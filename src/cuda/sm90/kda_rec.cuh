@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < Tr::kStages; ++s) {
       mbarrier_init(&sm.full[s], 32);  // every loader lane
-      mbarrier_init(&sm.empty[s], Tr::kConsumerWarps);
+      mbarrier_init(&sm.empty[s], Tr::kConsumerWarps * 32);  // every consumer lane
     }
     sm.ck_step = io.ck_step;
     sm.ck_last = io.ck_last;

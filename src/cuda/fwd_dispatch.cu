@@ -125,11 +125,11 @@ HostPlan make_plan(const FwdParams& p, int sm_count) {
       // m segments of one sequence make HV * (2m - 3) CTAs of D rows in pass 1 and HV * (m - 1)
       // parts in pass 3, run as 2 CTAs of D / 2 rows each: as many as fit one CTA per SM in both
       // (h4_64k: m = 17, 124 and 128 CTAs). Fewer than 3 segments gain nothing.
-      // Segment 0 is L0 = 3L/5 long: pass 1 runs it with output beside the other segments' R and P
-      // rows, which cost ~0.6 of it a chunk (H200), so the passes end together: longest = L0 +
-      // (m - 1) L.
+      // Segment 0 is L0 = 3L/4 long (first_segment_chunks: pass 1 runs it with output beside the
+      // other segments' R and P rows, which cost less a chunk), and L the least with L0 + (m - 1) L
+      // >= longest: L0 >= (3L - 1) / 4, so L (4m - 1) >= 4 longest suffices.
       const int64_t m = std::min<int64_t>((sm_count / HV + 3) / 2, sm_count / (2 * HV) + 1);
-      if (m >= 3) h.seg_chunks = std::max(kMinSegmentChunks, ceil_div(5 * longest, 5 * m - 2));
+      if (m >= 3) h.seg_chunks = std::max(kMinSegmentChunks, ceil_div(4 * longest, 4 * m - 1));
     }
   }
   h.seg0_chunks = sm90::first_segment_chunks(h.seg_chunks);

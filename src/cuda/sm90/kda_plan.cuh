@@ -48,9 +48,9 @@ struct SeqTable {
 constexpr int kSeqTableSums = 6;  // chunk, prep, extra, p1, p3, split
 
 // Segment 0 of a split sequence is shorter than the others: pass 1 runs it with output while the
-// other parts only advance rows (~0.6 of its cost a chunk, measured on the H200), so L0 = 3L/5
-// makes them end together. Segment j >= 1 covers chunks [L0 + (j - 1) L, L0 + j L).
-__host__ __device__ constexpr int64_t first_segment_chunks(int64_t L) { return L > 1 ? (3 * L + 2) / 5 : 1; }
+// other parts only advance rows (cheaper a chunk), and a shorter L makes pass 3 shorter. L0 = 3L/4
+// was the best of 60, 75, 90 and 100 % of L on the H200 (docs/kernel.md, "Segment 0 is shorter"). Segment j >= 1 covers chunks [L0 + (j - 1) L, L0 + j L).
+__host__ __device__ constexpr int64_t first_segment_chunks(int64_t L) { return L > 1 ? (3 * L + 2) / 4 : 1; }
 
 // Segments of a sequence of `chunks` chunks: 1 (not split) unless it has at least three.
 __host__ __device__ constexpr int64_t segment_count(int64_t chunks, int64_t L, int64_t L0) {

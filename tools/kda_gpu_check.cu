@@ -29,6 +29,7 @@
 //
 //   --plans a,b,...          (any mode) the forward plans to run: auto, fused, prepared, split,
 //                            split:L (L chunks a segment); check and bench run each, sanitize too
+//   KDA_GPU_CHECK_SEED=N     (environment) the inputs of an earlier run: every run prints its seed first
 //
 // Exit code 0 only if every check passed.
 #include <cuda_bf16.h>
@@ -105,7 +106,9 @@ struct Host {  // inputs and outputs of one case on the host
 
 std::mt19937_64& rng() {
   static std::mt19937_64 r([] {
-    const uint64_t seed = std::random_device{}();
+    // KDA_GPU_CHECK_SEED=N repeats a run's inputs (the seed every run prints first).
+    const char* fixed = std::getenv("KDA_GPU_CHECK_SEED");
+    const uint64_t seed = fixed != nullptr ? std::strtoull(fixed, nullptr, 10) : std::random_device{}();
     std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
     return seed;
   }());

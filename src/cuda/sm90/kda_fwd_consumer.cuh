@@ -63,7 +63,7 @@ struct Fp32StageView {
     return sm.stage[r.stage];
   }
   __device__ static void release(typename Tr::Smem& sm, RingPos<Tr::kStages> r, int i, int nchunks, int lane) {
-    if (i + Tr::kStages < nchunks) ptx::bar_arrive(Tr::kBarEmpty0 + r.stage, Tr::kHandoffThreads);
+    if (i + Tr::kStages < nchunks) ptx::bar_arrive(Tr::empty_bar(i + Tr::kStages), Tr::kHandoffThreads);
   }
   __device__ static float4 k_frag(const Stage& st, int g, int c) {
     return *reinterpret_cast<const float4*>(&st.k_tilde[g][2 * c]);

@@ -266,7 +266,7 @@ struct KdaProducer {
     run_chunks(
         gidx, kGroups, nchunks, [&](int i) { return StageSink<Stage>{stages[i % Tr::kStages]}; },
         [&](int i) {  // stage i % kStages released by the consumers of chunk i - kStages
-          if (i >= Tr::kStages) ptx::bar_sync(Tr::kBarEmpty0 + i % Tr::kStages, Tr::kHandoffThreads);
+          if (i >= Tr::kStages) ptx::bar_sync(Tr::empty_bar(i), Tr::kHandoffThreads);
         },
         [&](int i) { ptx::bar_arrive(Tr::kBarFull0 + i % Tr::kStages, Tr::kHandoffThreads); });
   }

@@ -194,10 +194,19 @@ struct KdaFwdTraits : KdaDims<kD> {
   static constexpr int kStages = 3;
   static constexpr int kRawStages = 2;  // per group: its next chunk loads while this one is prepared
 
-  // Named barrier ids.
-  static constexpr int kBarFull0 = 1;                 // + stage: producers arrive, consumers wait
-  static constexpr int kBarEmpty0 = 1 + kStages;      // + stage: consumers arrive, producers wait
-  static constexpr int kBarGroup0 = 1 + 2 * kStages;  // + group: the group's own barrier
+  // Named barrier ids. EMPTY has one barrier per (stage, group), kEmptyBars in all: the barrier
+  // of chunk i (i >= kStages) is empty_bar(i), on which chunk i - kStages's consumers arrive and
+  // chunk i's producer group waits. With one a stage, the stage's next two producers (chunks
+  // i and i + kStages, of different groups) wait on the same barrier, and a group that ran ahead
+  // could complete the other group's wait with the consumers' one arrival: it then writes its
+  // chunk into the stage first and the consumers read the two chunks swapped. Chunks i and
+  // i + kEmptyBars share a barrier and belong to the same group, which waits in chunk order.
+  static constexpr int kEmptyBars = kStages * kProducerGroups;
+  static constexpr int kBarFull0 = 1;                            // + stage: producers arrive, consumers wait
+  static constexpr int kBarEmpty0 = 1 + kStages;                 // + i % kEmptyBars: consumers arrive, producers wait
+  static constexpr int kBarGroup0 = 1 + kStages + kEmptyBars;    // + group: the group's own barrier
+  static_assert(kBarGroup0 + kProducerGroups <= 16, "16 named barriers a CTA");
+  __device__ static constexpr int empty_bar(int i) { return kBarEmpty0 + i % kEmptyBars; }
 
   using Stage = KdaStage<kD, kVRows>;
   using Raw = KdaRaw<kD, kVRows>;

@@ -47,7 +47,6 @@ struct HostPlan {
   bool device_decides = false;
   int64_t seg_chunks = 0;   // L
   int64_t seg0_chunks = 0;  // L0: segment 0 (docs/kernel.md, "Plans")
-  bool seg0_halves = false; // pass 1 runs segment 0 as two half-row parts (kda_plan.cuh)
   int64_t max_chunks = 0;   // bound on the sum of every sequence's chunks
   int64_t max_extra = 0;    // bound on the split segments beyond each sequence's first
   int prep_chunks = 4;      // chunks per preparation CTA
@@ -118,41 +117,30 @@ HostPlan make_plan(const FwdParams& p, int sm_count) {
   const int64_t slack = checkpoints ? kChunk - 1 : 0;
   h.max_chunks = p.cu_seqlens ? p.seqlen / kChunk + (checkpoints ? 2 : 1) * N : N * ceil_div(p.seqlen + slack, kChunk);
   const int64_t longest = ceil_div(p.seqlen + slack, kChunk);  // no sequence has more chunks
-  // Segments: L, L0, the bound on extra segments and pass 1's slices, with segment 0 whole or in
-  // two halves (kda_plan.cuh, first_segment_chunks).
-  auto segments = [&](bool halves) {
-    h.seg0_halves = halves;
-    h.seg_chunks = longest + 1;  // no split
-    h.max_extra = 0;
-    if (h.kind == FwdPlan::kSplit) {
-      if (p.segment_chunks > 0) {
-        h.seg_chunks = p.segment_chunks;
-      } else {
-        // m segments of one sequence make HV * (2m - 3) parts in pass 1 (2m - 2 with segment 0 in
-        // halves), one CTA of D rows each, and HV * (m - 1) parts in pass 3, run as 2 CTAs of D / 2
-        // rows each: as many as fit one CTA per SM in both (h4_64k: m = 17, 128 and 128 CTAs).
-        // Fewer than 3 segments gain nothing. L is the least with L0 + (m - 1) L >= longest:
-        // L0 >= (3L - 1) / 4 (halves: (5L - 1) / 4), so L (4m - 1) >= 4 longest suffices (4m + 1).
-        const int64_t m = std::min<int64_t>((sm_count / HV + (halves ? 2 : 3)) / 2, sm_count / (2 * HV) + 1);
-        if (m >= 3) h.seg_chunks = std::max(kMinSegmentChunks, ceil_div(4 * longest, 4 * m + (halves ? 1 : -1)));
-      }
+  h.seg_chunks = longest + 1;                                  // no split
+  if (h.kind == FwdPlan::kSplit) {
+    if (p.segment_chunks > 0) {
+      h.seg_chunks = p.segment_chunks;
+    } else {
+      // m segments of one sequence make HV * (2m - 3) CTAs of D rows in pass 1 and HV * (m - 1)
+      // parts in pass 3, run as 2 CTAs of D / 2 rows each: as many as fit one CTA per SM in both
+      // (h4_64k: m = 17, 124 and 128 CTAs). Fewer than 3 segments gain nothing.
+      // Segment 0 is L0 = 3L/4 long (first_segment_chunks: pass 1 runs it with output beside the
+      // other segments' R and P rows, which cost less a chunk), and L the least with L0 + (m - 1) L
+      // >= longest: L0 >= (3L - 1) / 4, so L (4m - 1) >= 4 longest suffices.
+      const int64_t m = std::min<int64_t>((sm_count / HV + 3) / 2, sm_count / (2 * HV) + 1);
+      if (m >= 3) h.seg_chunks = std::max(kMinSegmentChunks, ceil_div(4 * longest, 4 * m - 1));
     }
-    h.seg0_chunks = sm90::first_segment_chunks(h.seg_chunks, halves);
-    if (h.seg0_chunks + h.seg_chunks < longest) {
-      // Extra segments of a split sequence of c chunks: ceil((c - L0) / L) <= (c + L - 1 - L0) / L,
-      // and at most max_chunks / (L0 + L + 1) sequences are split.
-      const int64_t L = h.seg_chunks, L0 = h.seg0_chunks;
-      h.max_extra = p.cu_seqlens ? (h.max_chunks + (h.max_chunks / (L0 + L + 1)) * std::max<int64_t>(0, L - 1 - L0)) / L
-                                 : N * ceil_div(longest - L0, L);
-    }
-    // Pass 1 has at most N + 2 max_extra parts (2 segs - 2 <= 2 segs - 1 with halves).
-    h.slices1 = slices_for((N + 2 * h.max_extra) * HV, sm_count, dim.max_slices);
-  };
-  // Halves where pass 1 runs whole-head CTAs of 8 consumer warps (D = 128, one slice), which a
-  // segment-0 part with output would otherwise hold back (docs/kernel.md, "Segment 0").
-  const bool halves = h.kind == FwdPlan::kSplit && p.head_dim_k == 128;
-  segments(halves);
-  if (halves && (h.slices1 != 1 || h.max_extra == 0)) segments(false);
+  }
+  h.seg0_chunks = sm90::first_segment_chunks(h.seg_chunks);
+  if (h.seg0_chunks + h.seg_chunks < longest) {
+    // Extra segments of a split sequence of c chunks: ceil((c - L0) / L) <= (c + L - 1 - L0) / L,
+    // and at most max_chunks / (L0 + L + 1) sequences are split.
+    const int64_t L = h.seg_chunks, L0 = h.seg0_chunks;
+    h.max_extra = p.cu_seqlens ? (h.max_chunks + (h.max_chunks / (L0 + L + 1)) * std::max<int64_t>(0, L - 1 - L0)) / L
+                               : N * ceil_div(longest - L0, L);
+  }
+  h.slices1 = slices_for((N + 2 * h.max_extra) * HV, sm_count, dim.max_slices);
   h.prep_chunks = prep_chunks_for(h.max_chunks * HV, int64_t(sm_count) * dim.prep_ctas_per_sm);
   h.slices3 = slices_for(std::max<int64_t>(h.max_extra, 1) * HV, sm_count, dim.max_slices);
 
@@ -199,7 +187,6 @@ sm90::PlanArgs plan_args(const HostPlan& h, const FwdParams& p) {
   a.seg_start = seg, a.seg_r = seg + per, a.seg_p = seg + 2 * per;
   a.seg_chunks = int(std::min<int64_t>(h.seg_chunks, INT32_MAX));
   a.seg0_chunks = int(std::min<int64_t>(h.seg0_chunks, INT32_MAX));
-  a.seg0_halves = h.seg0_halves ? 1 : 0;
   a.prep_chunks = h.prep_chunks;
   return a;
 }

@@ -47,16 +47,10 @@ struct SeqTable {
 };
 constexpr int kSeqTableSums = 6;  // chunk, prep, extra, p1, p3, split
 
-// Segment 0's length L0 against the others' L. Pass 1 runs it with output beside the other
-// segments' R and P rows, and L0 + (m - 1) L covers the sequence, so a longer L0 shortens L and
-// pass 3 with it; L0 is chosen so that pass 1's parts end together (docs/kernel.md, "Segment 0"):
-//   - one CTA of the whole head's rows, as R and P (a part with output costs more a chunk):
-//     L0 = 3L/4, the best of 60, 75, 90 and 100 % of L on the H200;
-//   - in two halves (PlanArgs::seg0_halves: two CTAs of half the rows each, 4 of the 8 consumer
-//     warps, ~0.8 of the R / P parts' time a chunk): L0 = 5L/4. Segment j >= 1 covers chunks [L0 + (j - 1) L, L0 + j L).
-__host__ __device__ constexpr int64_t first_segment_chunks(int64_t L, bool halves) {
-  return L > 1 ? ((halves ? 5 : 3) * L + 2) / 4 : 1;
-}
+// Segment 0 of a split sequence is shorter than the others: pass 1 runs it with output while the
+// other parts only advance rows (cheaper a chunk), and a shorter L makes pass 3 shorter. L0 = 3L/4
+// was the best of 60, 75, 90 and 100 % of L on the H200 (docs/kernel.md, "Segment 0 is shorter"). Segment j >= 1 covers chunks [L0 + (j - 1) L, L0 + j L).
+__host__ __device__ constexpr int64_t first_segment_chunks(int64_t L) { return L > 1 ? (3 * L + 2) / 4 : 1; }
 
 // Segments of a sequence of `chunks` chunks: 1 (not split) unless it has at least three.
 __host__ __device__ constexpr int64_t segment_count(int64_t chunks, int64_t L, int64_t L0) {
@@ -72,8 +66,7 @@ struct PlanArgs {
   int* device_plan;         // with KdaFwdArgs::device_plan: the plan kernel writes 1 (fused) or 0
   int sm_count;
   int seg_chunks;   // L; a value >= every sequence's chunk count means no split
-  int seg0_chunks;  // L0 = first_segment_chunks(L, seg0_halves): segment 0 of a split sequence
-  int seg0_halves;  // 1: pass 1 runs a split sequence's segment 0 as two parts of half the rows
+  int seg0_chunks;  // L0 = first_segment_chunks(L) <= L: segment 0 of a split sequence
   int prep_chunks;  // consecutive chunks one preparation CTA prepares
   int slices;       // CTAs sharing the D rows of one part in this launch
 };

@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(1024)
       v[0] = chunks;
       v[1] = (chunks + p.prep_chunks - 1) / p.prep_chunks;
       v[2] = segs - 1;
-      v[3] = segs == 1 ? 1 : 2 * segs - 3 + p.seg0_halves;  // segment 0 (two halves), R_j and P_j
+      v[3] = segs == 1 ? 1 : 2 * segs - 3;
       v[4] = segs - 1;
       v[5] = segs >= 3;
     }

@@ -46,7 +46,6 @@ struct KdaLoader {
   // one 4-byte cp.async, covered by the same arrival).
   __device__ void run() {
     constexpr int kPieces = kVRowBytes / 16;  // 16-byte pieces of one v row
-    const int pieces = io.rows * 2 / 16;      // of them, those of the part's rows (io.rows <= kVRows)
     using Prepared = typename Tr::Prepared;
     const uint32_t prepared_bytes = io.write_out ? Prepared::kBytes : Prepared::kOutputFree;
     int ck_next = io.ck_next, ck_m = io.ck_m;  // the walk's next boundary chunk and its column
@@ -65,9 +64,8 @@ struct KdaLoader {
         for (int x = lane; x < C * kPieces; x += 32) {
           const int t = x / kPieces, piece = x % kPieces;
           const bool ok = t >= lo && t < hi;
-          if (piece < pieces)
-            ptx::cp_async_16(&st.v[t][8 * piece], ok ? v_base + (tok0 + t) * v_token_stride + 8 * piece : v_base,
-                             ok ? 16u : 0u);
+          ptx::cp_async_16(&st.v[t][8 * piece], ok ? v_base + (tok0 + t) * v_token_stride + 8 * piece : v_base,
+                           ok ? 16u : 0u);
         }
       }
       if (kCk && i == ck_next) {
@@ -90,12 +88,8 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
   const int64_t nc = chunk_count(w.len, w.shift), L = p.seg_chunks, L0 = p.seg0_chunks;
   const int64_t e0 = p.seq.extra_off[n];
   const int segs = int(p.seq.extra_off[n + 1] - e0) + 1;
-  // Pass 1 with PlanArgs::seg0_halves: a split sequence's segment 0 is parts 0 and 1, each half of
-  // the rows (the first half of the consumer warps); R_j and P_j follow.
-  const int head_parts = pass == 1 && p.seg0_halves && segs > 1 ? 2 : 1;
   RowsIO io;
-  io.row0 = w.slice * rows + (head_parts == 2 && local == 1 ? rows / 2 : 0);
-  io.rows = head_parts == 2 && local < 2 ? rows / 2 : rows;
+  io.row0 = w.slice * rows;
   io.identity = false;
   io.has_v = true;
   io.write_out = true;
@@ -110,7 +104,7 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
     offset = state_row_offset<kD>(e, a.heads_v, w.hv, io.row0);
     fp32 = true;
   };
-  if (pass == 1 && local < head_parts) {  // segment 0 (or the whole sequence) from its true start
+  if (pass == 1 && local == 0) {  // segment 0 (or the whole sequence) from its true start
     io.chunk0 = 0;
     io.nchunks = int(segs == 1 ? nc : L0);
     io.init = (a.initial_state != nullptr && !w.zero_init) ? a.initial_state : nullptr;
@@ -122,8 +116,8 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
       segment_rows(p.seg_start, e0, io.dst, io.dst_offset, io.dst_fp32);
     }
   } else if (pass == 1) {  // segment j's R (from zeros) or P (from I, v = 0)
-    const int j = 1 + int(local - head_parts) / 2;
-    const bool transition = (local - head_parts) % 2 == 1;
+    const int j = 1 + int(local - 1) / 2;
+    const bool transition = (local - 1) % 2 == 1;
     io.chunk0 = int(L0 + (j - 1) * L);
     io.nchunks = int(L);
     io.init = nullptr;
@@ -192,7 +186,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < Tr::kStages; ++s) {
       mbarrier_init(&sm.full[s], 32);  // every loader lane
-      mbarrier_init(&sm.empty[s], io.rows / 16 * 32);  // every lane of the part's consumer warps
+      mbarrier_init(&sm.empty[s], Tr::kConsumerWarps * 32);  // every consumer lane
     }
     sm.ck_step = io.ck_step;
     sm.ck_last = io.ck_last;
@@ -211,7 +205,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                        a.checkpoint_indices + int64_t(n) * a.checkpoint_stride,
                        int(threadIdx.x & 31)}
         .run();
-  } else if (warp - Tr::kLoaderWarps < io.rows / 16) {  // (a half-row part: the other warps idle)
+  } else {
     KdaConsumer<Tr, PackedStageView<Tr, kCk>>(a, w, io, sm, warp - Tr::kLoaderWarps, threadIdx.x & 31).run();
   }
 }

@@ -2240,6 +2240,15 @@ int run_sanitize() {
       const Host h2 = make_inputs(c);
       bool written2 = false;
       run_backend(c, h2, Backend::kCuda, &written2);
+      // A split whose pass 1 runs whole-head CTAs of 8 consumer warps (24 heads, 600 tokens: 3
+      // segments, 72 pass-1 CTAs of 128 rows at D = 128), which the short cases above do not reach.
+      c.lens = {600};
+      c.H = 24;
+      c.state = DType::kF32;
+      const Host h3 = make_inputs(c);
+      bool written3 = false;
+      run_backend(c, h3, Backend::kCuda, &written3);
+      all_written = all_written && written3;
       // pool indexing, padding, out-of-range slot
       for (const PoolCase& pc : pool_cases())
         if (pc.name == prefix + "varlen 300/0/17/90/5 fp32") run_prefill_pool_case(pc);

@@ -1,5 +1,5 @@
-"""fwd: the public forward. Eager calls go to flash_kda._eager (one call into the compiled layer,
-whose C++ contract layer checks every argument); under torch.compile, FakeTensor or another torch
+"""fwd: the public forward. Eager calls are one call into the compiled layer (flash_kda._C, whose C++
+contract layer checks every argument; what flash_kda._eager.fwd does, inline here); under torch.compile, FakeTensor or another torch
 dispatch mode a call on torch tensors is the custom operator torch.ops.flash_kda.fwd
 (flash_kda.torch_ops), whose fake implementation runs the same C++ checks without data.
 """
@@ -8,17 +8,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _eager
+from . import _C, _eager
 from ._arrays import torch_module
+
+
+_trace_checks = None  # torch's two predicates, looked up once torch is imported
 
 
 def tracing(q):
     """True when a call on `q` must be a torch operator: torch is imported, q is not a NumPy array,
     and torch.compile is tracing or a torch dispatch mode (FakeTensorMode, ...) is active."""
+    global _trace_checks
     if type(q) is np.ndarray:
         return False
-    torch = torch_module()
-    return torch is not None and (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0)
+    checks = _trace_checks
+    if checks is None:
+        torch = torch_module()
+        if torch is None:
+            return False
+        checks = _trace_checks = (torch.compiler.is_compiling, torch._C._len_torch_dispatch_stack)
+    return checks[0]() or checks[1]() > 0
 
 
 def fwd(
@@ -141,7 +150,10 @@ def fwd(
                          checkpoint_interval, checkpoint_state, checkpoint_indices, checkpoint_start,
                          allow_neg_eigval)
         return None
-    _eager.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
-               cu_seqlens, cu_seqlens_cpu, state_indices, has_initial_state, backend, checkpoint_interval,
-               checkpoint_state, checkpoint_indices, checkpoint_start, allow_neg_eigval)
+    # _eager.fwd's body, inline (one Python call less on the eager route)
+    if cu_seqlens is not None and cu_seqlens_cpu is None:
+        cu_seqlens_cpu = _eager.host_copy(q, cu_seqlens)
+    _C.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state, cu_seqlens,
+           cu_seqlens_cpu, state_indices, has_initial_state, checkpoint_state, checkpoint_indices, checkpoint_start,
+           checkpoint_interval, backend, allow_neg_eigval)
     return None

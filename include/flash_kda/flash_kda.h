@@ -253,6 +253,56 @@ Status validate(const DecodeParams& p);
 // the CPU backends return when done (kCpu: the fp32 per-token recurrence; kCpuReference: float64).
 Status decode(const DecodeParams& params, cudaStream_t stream = nullptr);
 
+// ---- context parallelism: the pieces of a prefill split across devices (docs/distributed.md) ----
+//
+// Over the tokens of a shard the state is affine in the state the shard starts from:
+// S_end = S_start · P + R, with R the final state of `fwd` from zeros and P the shard's K x K
+// transition, the product of its factors Diag(alpha_t) (I - beta_t k_t k_tᵀ). An engine that
+// splits a prompt over devices runs, per device, `fwd` from zeros (R) and `transition` (P) on its
+// shard, exchanges (R, P) with its own communicator, composes the devices before it with
+// `compose` into its true start state, and runs `fwd` from that state.
+
+// The transition of every sequence over its tokens. Inputs as ProblemParams (q, k, g, beta, the
+// gate, cu_seqlens, backend); v and out must be null (no values enter P) and head_dim_v is not
+// used. `transition` [N, HV, K, K] fp32, contiguous: P of sequence n, head h (row-major; the
+// identity for an empty sequence); it must not overlap any input.
+struct TransitionParams : ProblemParams {
+  float* transition = nullptr;
+  // Scratch memory, kCuda only (transition_workspace_size bytes; 256-byte alignment not required).
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// Bytes of scratch memory `transition` needs (0 on the CPU backends). On CUDA the transition runs as
+// the forward with v = 0 from the identity, and the workspace holds that v, the unused output and
+// the forward's own workspace: 4 * B * T * HV * K bytes plus workspace_size of that forward.
+size_t transition_workspace_size(const TransitionParams& p);
+
+// Validates (before anything is written), then writes `transition`. The cost of one forward pass
+// over the tokens. kCuda: asynchronous on `stream`, no allocation (CUDA-graph capturable).
+Status transition(const TransitionParams& params, cudaStream_t stream = nullptr);
+
+// state_out[n, h] = state_in[n, h] · transition[n, h] + shard_state[n, h] for every sequence n and
+// value head h: the state after a shard whose zero-start final state is shard_state and whose
+// transition is `transition`, from state_in. All fp32, contiguous: state_in, shard_state,
+// state_out [N, HV, V, K], transition [N, HV, K, K]. state_in null: zeros (state_out =
+// shard_state). state_out may be state_in or shard_state itself; no other overlap is allowed.
+struct ComposeParams {
+  int64_t num_seqs = 0;      // N
+  int64_t heads_v = 0;       // HV
+  int64_t head_dim_k = 128;  // K
+  int64_t head_dim_v = 128;  // V
+  const float* state_in = nullptr;
+  const float* transition = nullptr;
+  const float* shard_state = nullptr;
+  float* state_out = nullptr;
+  Backend backend = Backend::kCuda;  // kCuda: device pointers; the CPU backends: host pointers
+};
+
+// Validates, then writes state_out (kCuda asynchronous on `stream`; fp32 FMA products. The CPU
+// backends accumulate in float64).
+Status compose(const ComposeParams& params, cudaStream_t stream = nullptr);
+
 // Human-readable name of a dtype ("bf16", "fp32", ...).
 const char* dtype_name(DType d);
 

@@ -95,6 +95,11 @@ size_t workspace_size(const FwdParams& p);
 Status fwd(const FwdParams& p, cudaStream_t stream);        // src/cuda/fwd_dispatch.cu
 Status decode(const DecodeParams& p, cudaStream_t stream);  // src/cuda/decode_dispatch.cu
 bool available();
+// Context parallelism (src/cuda/context_parallel.cu): `bytes` zeros at `dst`, `count` K x K
+// identity matrices into `dst`, and compose (flash_kda.h) on checked parameters.
+Status zero_bytes(void* dst, size_t bytes, cudaStream_t stream);
+Status fill_identity(float* dst, int64_t count, int64_t K, cudaStream_t stream);
+Status compose(const ComposeParams& p, cudaStream_t stream);
 }  // namespace cuda
 
 }  // namespace flash_kda

@@ -14,6 +14,18 @@ Status decode(const DecodeParams&, cudaStream_t) {
   return {StatusCode::kUnsupported, "backend: this build of flash-kda has no CUDA backend"};
 }
 
+Status zero_bytes(void*, size_t, cudaStream_t) {
+  return {StatusCode::kUnsupported, "backend: this build of flash-kda has no CUDA backend"};
+}
+
+Status fill_identity(float*, int64_t, int64_t, cudaStream_t) {
+  return {StatusCode::kUnsupported, "backend: this build of flash-kda has no CUDA backend"};
+}
+
+Status compose(const ComposeParams&, cudaStream_t) {
+  return {StatusCode::kUnsupported, "backend: this build of flash-kda has no CUDA backend"};
+}
+
 bool available() { return false; }
 
 }  // namespace flash_kda::cuda

@@ -49,6 +49,21 @@ TransitionParams transition_params(const Problem& pb, Backend backend, float* tr
   return t;
 }
 
+ComposeParams compose_params(const Problem& pb, Backend backend, const float* in, const float* P, const float* R,
+                             float* out) {
+  ComposeParams cp;
+  cp.num_seqs = pb.N;
+  cp.heads_v = pb.HV;
+  cp.head_dim_k = pb.K;
+  cp.head_dim_v = pb.V;
+  cp.state_in = in;
+  cp.transition = P;
+  cp.shard_state = R;
+  cp.state_out = out;
+  cp.backend = backend;
+  return cp;
+}
+
 double max_rel(const std::vector<float>& got, const std::vector<float>& want) {
   double num = 0, den = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -82,17 +97,8 @@ TEST_P(ContextParallel, ShardsComposeIntoTheWholeForward) {
   std::vector<float> p_b(size_t(pb.N * pb.HV * pb.K * pb.K), poison_f32());
   const Status st = transition(transition_params(b, backend, p_b.data()));
   ASSERT_TRUE(st.ok()) << st.message;
-  ComposeParams cp;
-  cp.num_seqs = pb.N;
-  cp.heads_v = pb.HV;
-  cp.head_dim_k = pb.K;
-  cp.head_dim_v = pb.V;
-  cp.state_in = s_a.data();
-  cp.transition = p_b.data();
-  cp.shard_state = r_b.data();
   std::vector<float> composed(whole.size(), poison_f32());
-  cp.state_out = composed.data();
-  cp.backend = backend;
+  ComposeParams cp = compose_params(pb, backend, s_a.data(), p_b.data(), r_b.data(), composed.data());
   ASSERT_TRUE(compose(cp).ok());
   // fp32 pieces (the chunked path) or float64 ones rounded to fp32 (the reference).
   const double tol = backend == Backend::kCpuReference ? 1e-6 : kStateTolerance;
@@ -139,17 +145,9 @@ TEST_P(ContextParallel, PackedSequencesAndAnEmptyOne) {
       for (int64_t j = 0; j < pb.K; ++j) EXPECT_EQ(P[size_t(per + (h * pb.K + i) * pb.K + j)], i == j ? 1.f : 0.f);
   const std::vector<float> whole = final_state(pb, Backend::kCpuReference);
   const std::vector<float> zero_start = final_state(pb, backend, /*zero_start=*/true);
-  ComposeParams cp;
-  cp.num_seqs = pb.N;
-  cp.heads_v = pb.HV;
-  cp.head_dim_k = pb.K;
-  cp.head_dim_v = pb.V;
-  cp.state_in = pb.initial_state.f32.data();
-  cp.transition = P.data();
-  cp.shard_state = zero_start.data();
   std::vector<float> composed(whole.size(), poison_f32());
-  cp.state_out = composed.data();
-  cp.backend = backend;
+  const ComposeParams cp =
+      compose_params(pb, backend, pb.initial_state.f32.data(), P.data(), zero_start.data(), composed.data());
   ASSERT_TRUE(compose(cp).ok());
   EXPECT_LT(max_rel(composed, whole), backend == Backend::kCpuReference ? 1e-6 : kStateTolerance);
 }
@@ -201,16 +199,7 @@ TEST_P(ContextParallel, RejectsBeforeWriting) {
   EXPECT_EQ(s.message.rfind("transition", 0), 0u) << s.message;
 
   std::vector<float> a(size_t(pb.state_count()), 1.f), r(a), o(a.size() + 1, poison_f32());
-  ComposeParams cp;
-  cp.num_seqs = pb.N;
-  cp.heads_v = pb.HV;
-  cp.head_dim_k = pb.K;
-  cp.head_dim_v = pb.V;
-  cp.state_in = a.data();
-  cp.transition = P.data();
-  cp.shard_state = r.data();
-  cp.state_out = o.data();
-  cp.backend = backend;
+  const ComposeParams cp = compose_params(pb, backend, a.data(), P.data(), r.data(), o.data());
   auto expect_compose_error = [&](const ComposeParams& x, const char* name) {
     const Status e = compose(x);
     EXPECT_FALSE(e.ok());

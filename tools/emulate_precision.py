@@ -2,7 +2,13 @@
 rounded to bf16 or tf32, fp32 accumulation) and measures its error against the float64 recurrence.
 
 Used to choose the operand precision of each product before spending GPU time; see docs/kernel.md.
-    python tools/emulate_precision.py [--T 2048] [--H 4] [--chunk 16]
+    python tools/emulate_precision.py [--T 2048] [--H 4] [--chunk 16] [--ref start|mid]
+
+--ref: where the intra-chunk decay factors of A and M are referenced. "start" (the CUDA kernels
+today, C = 16): 2^{G_t} and 2^{-G_s} from the chunk's first token, which stay in fp32's range only
+while |G| <= 126 (C = 16 at lower_bound -5: |G| <= 115). "mid": from the chunk's middle token, which
+halves the range both need, so C = 32 stays within it (|G_t - G_mid| <= 115); the inter-chunk
+factors (k_tilde, q_tilde from the start, k_dec to the end) are unchanged and only underflow.
 """
 import argparse
 
@@ -23,6 +29,10 @@ def tf32(x):
 
 def fp32(x):
     return np.asarray(x, np.float32)
+
+
+def f16(x):  # fp16 operands (the CUDA kernels' S, k_tilde, q_hat, k_dec, U): subnormals kept
+    return np.asarray(x, np.float32).astype(np.float16).astype(np.float32)
 
 
 def inputs(rng, T, H, K, lb):
@@ -60,7 +70,8 @@ def reference(q, k, v, g, beta, A_log, dt_bias, s0, lb, scale):
     return out, S
 
 
-def chunked(q, k, v, g, beta, A_log, dt_bias, s0, lb, scale, C, R_state, R_qk, R_w, R_t, R_u, R_kdec, R_m, R_am=None, R_uo=None):
+def chunked(q, k, v, g, beta, A_log, dt_bias, s0, lb, scale, C, R_state, R_qk, R_w, R_t, R_u, R_kdec, R_m, R_am=None, R_uo=None,
+            ref="start"):
     qs, kh, a, b = prep(q, k, g, beta, A_log, dt_bias, lb, scale)
     qs, kh, a, b = fp32(qs), fp32(kh), fp32(a), fp32(b)
     T, H, K = q.shape
@@ -69,14 +80,17 @@ def chunked(q, k, v, g, beta, A_log, dt_bias, s0, lb, scale, C, R_state, R_qk, R
     for c0 in range(0, T, C):
         c1 = min(T, c0 + C)
         n = c1 - c0
-        G = np.cumsum(a[c0:c1].transpose(1, 0, 2), axis=1)          # [H, n, K]
-        e = np.exp(G); r = 1 / e; gam = e[:, -1]                     # [H, K]
+        G = np.cumsum(a[c0:c1].transpose(1, 0, 2), axis=1)          # [H, n, K], fp32
+        e = np.exp(G); gam = e[:, -1]                                  # [H, K]
         kc = kh[c0:c1].transpose(1, 0, 2); qc = qs[c0:c1].transpose(1, 0, 2)
         R_am = R_am or R_qk
         Kt = R_qk(kc * e); Qt = R_qk(qc * e)
-        Kd = R_kdec(kc * (gam[:, None, :] * r))
-        A = np.einsum("htc,hsc->hts", R_am(kc * e), R_am(kc * r))
-        Mq = np.einsum("htc,hsc->hts", R_am(qc * e), R_am(kc * r))
+        Kd = R_kdec(kc * (gam[:, None, :] / e) if ref == "start" else kc * np.exp(G[:, -1:, :] - G))
+        Gr = G if ref == "start" else G - G[:, (n - 1) // 2:(n - 1) // 2 + 1, :]
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+            er, rr = np.exp(Gr), np.exp(-Gr)                           # fp32: inf / 0 outside the range
+            A = np.einsum("htc,hsc->hts", R_am(kc * er), R_am(kc * rr))
+            Mq = np.einsum("htc,hsc->hts", R_am(qc * er), R_am(kc * rr))
         tril = np.tril(np.ones((n, n), bool), -1)
         A = np.where(tril, A, 0); Mq = R_m(np.where(np.tril(np.ones((n, n), bool)), Mq, 0))
         bc = b[c0:c1].T                                               # [H, n]
@@ -105,6 +119,7 @@ def main():
     ap.add_argument("--H", type=int, default=4)
     ap.add_argument("--chunk", type=int, default=16)
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--ref", choices=["start", "mid"], default="start")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     K = 128; lb = -5.0; scale = K ** -0.5
@@ -118,10 +133,14 @@ def main():
         "state+qk+kdec tf32": dict(R_state=tf32, R_qk=tf32, R_w=bf16, R_t=bf16, R_u=bf16, R_kdec=tf32, R_m=bf16),
         "all tf32": dict(R_state=tf32, R_qk=tf32, R_w=tf32, R_t=tf32, R_u=tf32, R_kdec=tf32, R_m=tf32),
         "bf16, W/T/U/M tf32": dict(R_state=bf16, R_qk=bf16, R_w=tf32, R_t=tf32, R_u=tf32, R_kdec=bf16, R_m=tf32),
+        # the prepared plans' fast path: fp16 S, k_tilde, q_hat, k_dec and U in the large products; A, M, T
+        # and U for the output in tf32
+        "fp16 products, T/M tf32": dict(R_state=f16, R_qk=f16, R_w=fp32, R_t=tf32, R_u=f16, R_kdec=f16, R_m=tf32,
+                                       R_am=tf32, R_uo=tf32),
     }
-    print(f"T={args.T} H={args.H} C={args.chunk}")
+    print(f"T={args.T} H={args.H} C={args.chunk} ref={args.ref}")
     for name, kw in variants.items():
-        o, s = chunked(*x, lb, scale, args.chunk, **kw)
+        o, s = chunked(*x, lb, scale, args.chunk, ref=args.ref, **kw)
         print(f"{name:28s} out {rel(o, ref_o):.2e}  state {rel(s, ref_s):.2e}")
 
 

@@ -41,12 +41,12 @@ Status as_transition(Status s) {
 FwdParams inner_forward(const TransitionParams& t) {
   FwdParams f;
   static_cast<ProblemParams&>(f) = t;
-  normalise(static_cast<ProblemParams&>(f));
-  f.head_dim_v = f.head_dim_k;
+  const int64_t HV = t.heads_v > 0 ? t.heads_v : t.heads, K = t.head_dim_k;
+  f.head_dim_v = K;
   f.v = nullptr;
-  f.v_strides = {0, 0, f.head_dim_k};  // one zero row per head, broadcast over the tokens
+  f.v_strides = {0, 0, K};  // one zero row per head, broadcast over the tokens
   f.out = nullptr;
-  f.out_strides = {f.seqlen * f.heads_v * f.head_dim_k, f.heads_v * f.head_dim_k, f.head_dim_k};
+  f.out_strides = {f.seqlen * HV * K, HV * K, K};
   f.initial_state = f.final_state = t.transition;
   f.state_dtype = DType::kF32;
   normalise(f);

@@ -2,7 +2,7 @@
 rounded to bf16 or tf32, fp32 accumulation) and measures its error against the float64 recurrence.
 
 Used to choose the operand precision of each product before spending GPU time; see docs/kernel.md.
-    python tools/emulate_precision.py [--T 2048] [--H 4] [--chunk 16] [--ref start|mid]
+    python tools/emulate_precision.py [--T 2048] [--H 4] [--chunk 16] [--ref start|mid] [--pairs]
 
 --ref: where the intra-chunk decay factors of A and M are referenced. "start" (the CUDA kernels
 today, C = 16): 2^{G_t} and 2^{-G_s} from the chunk's first token, which stay in fp32's range only
@@ -109,6 +109,73 @@ def chunked(q, k, v, g, beta, A_log, dt_bias, s0, lb, scale, C, R_state, R_qk, R
     return bf16(out), S
 
 
+def half_chunk(kc, qc, a_c, bc, R_am):
+    """One 16-token chunk as the preparation pass forms it (chunk-start references): tiles relative to
+    its own start / end, A, M (M with scale in q), -T, in fp32."""
+    n = kc.shape[1]
+    G = np.cumsum(a_c, axis=1)
+    e = np.exp(G); gam = e[:, -1]
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        A = np.einsum("htc,hsc->hts", R_am(kc * e), R_am(kc * np.exp(-G)))
+        Mq = np.einsum("htc,hsc->hts", R_am(qc * e), R_am(kc * np.exp(-G)))
+    A = np.where(np.tril(np.ones((n, n), bool), -1), A, 0)
+    Mq = np.where(np.tril(np.ones((n, n), bool)), Mq, 0)
+    Tm = np.linalg.inv(np.eye(n)[None] + (bc[:, :, None] * A).astype(np.float64)) * bc[:, None, :]
+    kt, qt = fp32(kc * e), fp32(qc * e)
+    kd = fp32(kc * (gam[:, None, :] / e))
+    return kt, qt, kd, gam, fp32(tf32(-Tm)), fp32(tf32(Mq))
+
+
+def pairs(q, k, v, g, beta, A_log, dt_bias, s0, lb, scale):
+    """32-token steps as the CUDA pair format computes them (docs/kernel.md, "32-token steps"): two
+    16-token chunks a, b prepared with their own references; b's k_tilde and q_hat scaled by gamma_a,
+    a's k_dec (kept in fp16) by gamma_b; the cross blocks A[b][a] = k_tilde_b k_dec_a^T and
+    M[b][a] = q_tilde_b k_dec_a^T from fp16 operands, (-T)[b][a] = (-T_b) A[b][a] (-T_a) in fp32; then
+    the consumer's step over 32 tokens with the fast path's roundings."""
+    qs, kh, a, b = prep(q, k, g, beta, A_log, dt_bias, lb, scale)
+    qs, kh, a, b = fp32(qs), fp32(kh), fp32(a), fp32(b)
+    T, H, K = q.shape
+    S = s0.astype(np.float32).copy()
+    out = np.zeros((T, H, K), np.float32)
+    C = 16
+    for c0 in range(0, T, 2 * C):
+        parts = []
+        for h in range(2):
+            lo, hi = min(T, c0 + h * C), min(T, c0 + (h + 1) * C)
+            n = hi - lo
+            kc = np.zeros((H, C, K), np.float32); qc = np.zeros((H, C, K), np.float32)
+            ac = np.zeros((H, C, K), np.float32); bc = np.zeros((H, C), np.float32)
+            vc = np.zeros((H, K, C), np.float32)
+            if n > 0:
+                kc[:, :n] = kh[lo:hi].transpose(1, 0, 2); qc[:, :n] = qs[lo:hi].transpose(1, 0, 2)
+                ac[:, :n] = a[lo:hi].transpose(1, 0, 2); bc[:, :n] = b[lo:hi].T
+                vc[:, :, :n] = v[lo:hi].transpose(1, 2, 0)
+            parts.append((kc, qc, bc, vc) + half_chunk(kc, qc, ac, bc, tf32))
+        (ka, qa, ba, va, kta, qta, kda, gama, nta, ma), (kb, qb, bb, vb, ktb, qtb, kdb, gamb, ntb, mb) = parts
+        stash = f16(kda)
+        A_ba = np.einsum("htc,hsc->hts", f16(ktb), stash)
+        M_ba = tf32(np.einsum("htc,hsc->hts", f16(qtb / scale), stash) * scale)
+        Y = np.einsum("htu,hus->hts", A_ba, nta)
+        nt_ba = tf32(np.einsum("htu,hus->hts", ntb, Y))
+        Z = np.zeros((H, C, C), np.float32)
+        negT = np.concatenate([np.concatenate([nta, Z], 2), np.concatenate([nt_ba, ntb], 2)], 1)
+        Mq = np.concatenate([np.concatenate([ma, Z], 2), np.concatenate([M_ba, mb], 2)], 1)
+        Kt = f16(np.concatenate([kta, ktb * gama[:, None, :]], 1))
+        Qt = f16(np.concatenate([qta / scale, qtb * gama[:, None, :] / scale], 1))
+        Kd = f16(np.concatenate([stash * gamb[:, None, :], kdb], 1))
+        gam = fp32(gama * gamb)
+        Sb = f16(S)
+        Xk = np.einsum("hvc,htc->hvt", Sb, Kt)
+        Xq = np.einsum("hvc,htc->hvt", Sb, Qt) * scale
+        W = np.concatenate([va, vb], 2) - Xk
+        Uf = np.einsum("hvs,hts->hvt", tf32(W), -negT)
+        O = Xq + np.einsum("hvs,hts->hvt", tf32(Uf), Mq)
+        n = min(T, c0 + 2 * C) - c0
+        out[c0:c0 + n] = O[:, :, :n].transpose(2, 0, 1)
+        S = S * gam[:, None, :] + np.einsum("hvt,htc->hvc", f16(Uf), Kd)
+    return bf16(out), S
+
+
 def rel(x, ref):
     return float(np.linalg.norm(x - ref) / np.linalg.norm(ref))
 
@@ -120,6 +187,7 @@ def main():
     ap.add_argument("--chunk", type=int, default=16)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--ref", choices=["start", "mid"], default="start")
+    ap.add_argument("--pairs", action="store_true", help="also the 32-token steps' pair format")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     K = 128; lb = -5.0; scale = K ** -0.5
@@ -139,6 +207,9 @@ def main():
                                        R_am=tf32, R_uo=tf32),
     }
     print(f"T={args.T} H={args.H} C={args.chunk} ref={args.ref}")
+    if args.pairs:
+        o, s = pairs(*x, lb, scale)
+        print(f"{'pairs (32-token steps)':28s} out {rel(o, ref_o):.2e}  state {rel(s, ref_s):.2e}")
     for name, kw in variants.items():
         o, s = chunked(*x, lb, scale, args.chunk, ref=args.ref, **kw)
         print(f"{name:28s} out {rel(o, ref_o):.2e}  state {rel(s, ref_s):.2e}")

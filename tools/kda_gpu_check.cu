@@ -239,13 +239,21 @@ struct PlanChoice {
   std::string name;
   FwdPlan plan = FwdPlan::kAuto;
   int64_t segment_chunks = 0;
+  int walk_tokens = 0;  // a name ending in 16 or 32 (before any :L) forces FwdParams::walk_tokens
 };
 PlanChoice g_plan;                                       // applied by run_fwd to every CUDA forward
 std::vector<PlanChoice> g_plans = {PlanChoice{"auto"}};  // check and bench loop over these
 
 PlanChoice parse_plan(const std::string& s) {
   PlanChoice c{s};
-  const std::string kind = s.substr(0, s.find(':'));
+  std::string kind = s.substr(0, s.find(':'));
+  for (const int w : {16, 32}) {
+    const std::string suffix = std::to_string(w);
+    if (kind.size() > suffix.size() && kind.compare(kind.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      c.walk_tokens = w;
+      kind.resize(kind.size() - suffix.size());
+    }
+  }
   if (kind == "auto")
     c.plan = FwdPlan::kAuto;
   else if (kind == "fused")
@@ -255,7 +263,8 @@ PlanChoice parse_plan(const std::string& s) {
   else if (kind == "split")
     c.plan = FwdPlan::kSplit;
   else {
-    std::fprintf(stderr, "unknown plan '%s' (auto, fused, prepared, split, split:L)\n", s.c_str());
+    std::fprintf(stderr, "unknown plan '%s' (auto, fused, prepared, split, split:L; prepared and split with 16 or 32 "
+                 "appended force the walk's step, e.g. split16:4)\n", s.c_str());
     std::exit(2);
   }
   if (s.find(':') != std::string::npos) c.segment_chunks = std::atoll(s.c_str() + s.find(':') + 1);
@@ -268,6 +277,11 @@ Status run_fwd(FwdParams p, cudaStream_t stream = nullptr) {
   if (p.backend != Backend::kCuda) return fwd(p, stream);
   p.plan = g_plan.plan;
   p.segment_chunks = g_plan.segment_chunks;
+  // A forced 32-token step where it cannot run (K = V = 64, softplus, checkpoints) falls back to
+  // the backend's choice: the cases of a check run mix them.
+  p.walk_tokens = g_plan.walk_tokens;
+  if (p.walk_tokens == 32 && (p.head_dim_k == 64 || p.gate == GateForm::kSoftplus || p.checkpoint_interval > 0))
+    p.walk_tokens = 0;
   static void* ws = nullptr;
   static size_t ws_bytes = 0;
   const size_t need = workspace_size(p);

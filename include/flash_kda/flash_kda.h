@@ -187,7 +187,13 @@ struct FwdParams : ProblemParams {
   // ---- CUDA plan (docs/kernel.md); leave kAuto outside tests and tuning ----
   FwdPlan plan = FwdPlan::kAuto;
   // kSplit: chunks of 16 tokens per segment (>= 1); 0 lets the planner choose. Ignored otherwise.
+  // With walk_tokens = 32 it is rounded up to an even count.
   int64_t segment_chunks = 0;
+  // Tokens the prepared plans' recurrence advances per step: 16, or 32 (pairs of prepared chunks;
+  // K = V = 128 with the sigmoid gate and no checkpoints, else the CUDA forward returns
+  // kUnsupported); 0 lets the backend choose (16 today). The fused plan and the CPU backends ignore
+  // it. docs/kernel.md, "32-token steps".
+  int walk_tokens = 0;
 };
 
 // Number of sequences the call processes (num_seqs with cu_seqlens, else batch).

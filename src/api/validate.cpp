@@ -574,6 +574,8 @@ Status check(const FwdParams& p, HostIndices* out_idx, bool data_free) {
       static_cast<int>(p.plan) > static_cast<int>(FwdPlan::kSplit))
     return invalid(cat("plan: unknown value ", static_cast<int>(p.plan)));
   if (p.segment_chunks < 0) return invalid(cat("segment_chunks: must be >= 0 (got ", p.segment_chunks, ")"));
+  if (p.walk_tokens != 0 && p.walk_tokens != 16 && p.walk_tokens != 32)
+    return invalid(cat("walk_tokens: must be 0, 16 or 32 (got ", p.walk_tokens, ")"));
   FLASH_KDA_RETURN_IF_ERROR(check_checkpoint_args(p, N, slots, data_free));
   if (data_free) return Status::Ok();
 

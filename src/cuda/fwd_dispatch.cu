@@ -50,6 +50,7 @@ struct HostPlan {
   int64_t max_chunks = 0;   // bound on the sum of every sequence's chunks
   int64_t max_extra = 0;    // bound on the split segments beyond each sequence's first
   int prep_chunks = 4;      // chunks per preparation CTA
+  bool pair = false;        // 32-token steps (docs/kernel.md, "32-token steps")
   int slices1 = 1, slices3 = 1;
   // Workspace layout (byte offsets from the aligned base).
   size_t off_table = 0, off_prepared = 0, off_segments = 0, bytes = 0;
@@ -69,16 +70,24 @@ int slices_for(int64_t parts, int sm_count, int max_slices) {
 // of `slots` CTAs (4 an SM) end soonest for `chunks` chunks, counting a partly filled last wave
 // whole; the larger count on a tie (fewer CTAs). fixed32's 16,384 chunks: 32 a CTA in one wave,
 // where 15 a CTA took three waves (45 chunks' time against 32).
-int prep_chunks_for(int64_t chunks, int64_t slots) {
+int prep_chunks_for(int64_t chunks, int64_t slots, int step) {
   int best = 4;
   int64_t best_span = INT64_MAX;
-  for (int c = 4; c <= 32; ++c) {
+  for (int c = 4; c <= 32; c += step) {  // (step 2 with pairs: whole pairs a CTA)
     const int64_t ctas = ceil_div(std::max<int64_t>(chunks, 1), c);
     const int64_t span = ceil_div(ctas, slots) * c;
     if (span <= best_span) best = c, best_span = span;
   }
   return best;
 }
+
+// Whether the prepared plans can walk 32-token steps for this call: K = V = 128, the sigmoid gate
+// and no checkpoints (a checkpoint interval is a multiple of 16, not of 32).
+bool pair_steps_supported(const FwdParams& p) {
+  return p.head_dim_k != 64 && p.gate != GateForm::kSoftplus && p.checkpoint_interval == 0;
+}
+
+int64_t even_up(int64_t x) { return (x + 1) & ~int64_t(1); }
 
 HostPlan make_plan(const FwdParams& p, int sm_count) {
   HostPlan h;
@@ -111,11 +120,17 @@ HostPlan make_plan(const FwdParams& p, int sm_count) {
     h.device_decides = false;
     return h;
   }
+  // 32-token steps only where walk_tokens asks for them: kAuto keeps 16 until they have been
+  // checked and measured on the H200 (docs/kernel.md, "32-token steps").
+  h.pair = p.walk_tokens == 32 && pair_steps_supported(p);
   // Sum of ceil(len / 16) over the sequences: at most T / 16 + N packed, B * ceil(T / 16) fixed.
   // With checkpoints a sequence's grid is shifted by up to 15 tokens (ceil((len + shift) / 16)
-  // chunks): at most one more chunk each, T / 16 + 2N packed.
+  // chunks): at most one more chunk each, T / 16 + 2N packed. Pairs round every count up to even:
+  // one more chunk each.
   const int64_t slack = checkpoints ? kChunk - 1 : 0;
-  h.max_chunks = p.cu_seqlens ? p.seqlen / kChunk + (checkpoints ? 2 : 1) * N : N * ceil_div(p.seqlen + slack, kChunk);
+  h.max_chunks = p.cu_seqlens ? p.seqlen / kChunk + (checkpoints || h.pair ? 2 : 1) * N
+                              : N * ceil_div(p.seqlen + slack, kChunk);
+  if (h.pair && !p.cu_seqlens) h.max_chunks = N * even_up(ceil_div(p.seqlen, kChunk));
   const int64_t longest = ceil_div(p.seqlen + slack, kChunk);  // no sequence has more chunks
   h.seg_chunks = longest + 1;                                  // no split
   if (h.kind == FwdPlan::kSplit) {
@@ -133,6 +148,10 @@ HostPlan make_plan(const FwdParams& p, int sm_count) {
     }
   }
   h.seg0_chunks = sm90::first_segment_chunks(h.seg_chunks);
+  if (h.pair) {  // segments of whole pairs (L0 <= L still: L even)
+    h.seg_chunks = even_up(h.seg_chunks);
+    h.seg0_chunks = even_up(sm90::first_segment_chunks(h.seg_chunks));
+  }
   if (h.seg0_chunks + h.seg_chunks < longest) {
     // Extra segments of a split sequence of c chunks: ceil((c - L0) / L) <= (c + L - 1 - L0) / L,
     // and at most max_chunks / (L0 + L + 1) sequences are split.
@@ -141,7 +160,7 @@ HostPlan make_plan(const FwdParams& p, int sm_count) {
                                : N * ceil_div(longest - L0, L);
   }
   h.slices1 = slices_for((N + 2 * h.max_extra) * HV, sm_count, dim.max_slices);
-  h.prep_chunks = prep_chunks_for(h.max_chunks * HV, int64_t(sm_count) * dim.prep_ctas_per_sm);
+  h.prep_chunks = prep_chunks_for(h.max_chunks * HV, int64_t(sm_count) * dim.prep_ctas_per_sm, h.pair ? 2 : 1);
   h.slices3 = slices_for(std::max<int64_t>(h.max_extra, 1) * HV, sm_count, dim.max_slices);
 
   // As plan_args() carves it: the device plan flag, begin, len, slot, zero_init, the prefix sums,
@@ -151,7 +170,8 @@ HostPlan make_plan(const FwdParams& p, int sm_count) {
                        (checkpoints ? align_up(N * sizeof(int32_t)) + align_up(N * sizeof(int64_t)) : 0);
   h.off_table = 0;
   h.off_prepared = align_up(table);
-  h.off_segments = h.off_prepared + align_up(size_t(h.max_chunks) * HV * dim.prepared_bytes);
+  const int64_t slot_bytes = h.pair ? sm90::KdaPrepared<128>::kPairSlot : dim.prepared_bytes;
+  h.off_segments = h.off_prepared + align_up(size_t(h.max_chunks) * HV * slot_bytes);
   h.bytes = h.off_segments + 3 * size_t(h.max_extra) * HV * dim.state_bytes + kAlign;  // + base alignment
   return h;
 }
@@ -188,6 +208,7 @@ sm90::PlanArgs plan_args(const HostPlan& h, const FwdParams& p) {
   a.seg_chunks = int(std::min<int64_t>(h.seg_chunks, INT32_MAX));
   a.seg0_chunks = int(std::min<int64_t>(h.seg0_chunks, INT32_MAX));
   a.prep_chunks = h.prep_chunks;
+  a.pair = h.pair ? 1 : 0;
   return a;
 }
 
@@ -321,6 +342,9 @@ Status fwd(const FwdParams& p, cudaStream_t stream) {
   }
 
   const HostPlan h = make_plan(p, sm_count);
+  if (p.walk_tokens == 32 && h.kind != FwdPlan::kFused && !h.pair)
+    return {StatusCode::kUnsupported,
+            "walk_tokens: 32-token steps need K = V = 128, the sigmoid gate and no checkpoints (use 0 or 16)"};
   // validate() admits K = V = 128 and 64 for the CUDA forward.
   if (p.head_dim_k == 64) {
     if (h.kind == FwdPlan::kFused) return run_fused<64>(a, N * HV, sm_count, stream);

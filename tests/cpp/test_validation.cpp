@@ -104,6 +104,8 @@ std::vector<BadCase> bad_cases() {
          p.gate = GateForm::kSoftplus;
        }},
       {"GateFormUnknown", kInvalid, "gate", [](FwdParams& p) { p.gate = static_cast<GateForm>(-1); }},
+      {"WalkTokensNotAStep", kInvalid, "walk_tokens", [](FwdParams& p) { p.walk_tokens = 24; }},
+      {"WalkTokensNegative", kInvalid, "walk_tokens", [](FwdParams& p) { p.walk_tokens = -16; }},
       {"LowerBoundOutOfRangeWithoutALog", kInvalid, "lower_bound",
        [](FwdParams& p) {
          p.A_log = nullptr;
@@ -373,7 +375,7 @@ TEST_F(ValidateDirectly, CudaForwardHeadDimensions) {
 // plan needs none.
 TEST_F(ValidateDirectly, CudaWorkspaceFollowsHeadDimension) {
   if (!kCudaBuilt) GTEST_SKIP() << "built without the CUDA backend (workspace_size is 0)";
-  auto size = [&](int64_t dim, FwdPlan plan, int64_t segment_chunks) {
+  auto size = [&](int64_t dim, FwdPlan plan, int64_t segment_chunks, int walk_tokens = 0) {
     Config cfg;
     cfg.head_dim_k = cfg.head_dim_v = dim;
     cfg.heads = 2;
@@ -384,6 +386,7 @@ TEST_F(ValidateDirectly, CudaWorkspaceFollowsHeadDimension) {
     FwdParams p = cuda_params(pb, r);
     p.plan = plan;
     p.segment_chunks = segment_chunks;
+    p.walk_tokens = walk_tokens;
     return int64_t(workspace_size(p));
   };
   const int64_t chunks_times_heads = 2 * 7 * 2;
@@ -395,6 +398,12 @@ TEST_F(ValidateDirectly, CudaWorkspaceFollowsHeadDimension) {
     // each with three fp32 dim x dim states a head.
     EXPECT_GE(size(dim, FwdPlan::kSplit, 1) - size(dim, FwdPlan::kPrepared, 0), 3 * 2 * 6 * 2 * dim * dim * 4 - 512);
   }
+  // 32-token steps: every sequence's 7 chunks take 8 slots of the pair format (14,848 + 1,024 bytes);
+  // K = V = 64 has no pairs (the 16-token size).
+  EXPECT_EQ(size(128, FwdPlan::kPrepared, 0, 16), size(128, FwdPlan::kPrepared, 0));
+  const int64_t pairs = size(128, FwdPlan::kPrepared, 0, 32) - size(128, FwdPlan::kPrepared, 0);
+  EXPECT_GE(pairs, 2 * 2 * (8 * 15872 - 7 * 14848) - 512);
+  EXPECT_EQ(size(64, FwdPlan::kPrepared, 0, 32), size(64, FwdPlan::kPrepared, 0));
   const int64_t shrink = size(128, FwdPlan::kPrepared, 0) - size(64, FwdPlan::kPrepared, 0);
   EXPECT_GE(shrink, chunks_times_heads * (14848 - 8448) - 512);
   EXPECT_LE(shrink, chunks_times_heads * (14848 - 8448) + 512);

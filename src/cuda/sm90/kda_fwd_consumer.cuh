@@ -25,6 +25,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "../common/bulk_copy.cuh"
 #include "../common/ptx.cuh"
 #include "kda_fwd_scheduler.cuh"
@@ -389,19 +391,237 @@ struct ChunkMath {
 
 };
 
+
+// 32-token steps (docs/kernel.md, "32-token steps"): the arithmetic of one pair of chunks (a, b) on
+// one warp's 16 rows, the prepared pair as KdaPrepared's pair format stores it (slot a, slot b of
+// kPairSlot bytes each). The four steps above over 32 tokens: X and Xq have four n8 tiles (tokens
+// 8n .. 8n + 7; n / 2 is the chunk), -T and M are 32 x 32 lower triangles made of the slots' own
+// 16 x 16 blocks and the cross block [b][a], and the state is decayed and fed to the fp16
+// products once per 32 tokens. Only the recurrence kernel walks pairs (PackedStageView, K = V = 128).
+template <class Tr, class View>
+struct PairMath {
+  using Stage = typename Tr::Stage;
+  static constexpr int D = Tr::kDim;
+  static constexpr int kTiles = D / 8;
+  static constexpr int NT = 4;  // n8 token tiles of a step
+  using Prepared = KdaPrepared<D>;
+  static constexpr int kSlot = Prepared::kPairSlot;
+  static_assert(Tr::kChunk == 32 && View::kHalfProducts, "pairs of prepared chunks");
+
+  int cwarp, lane, g, t4;
+  bool has_v;
+  float scale;
+
+  // the 16 x 16 block (token tiles n, kk of the step; kk <= n) of -T or M: a slot's own block, or
+  // the cross block [b][a] (in slot a for -T, in slot b for M)
+  __device__ static int block(int own, int n, int kk, bool neg_t) {
+    return n / 2 == kk / 2 ? (n / 2) * kSlot + own : (neg_t ? 0 : kSlot) + Prepared::kCross;
+  }
+
+  template <bool kOut>
+  __device__ __forceinline__ void tf32_chunk(const Stage& st, float (&S)[kTiles][4], float (&xq)[NT][4]) const {
+    float xk[NT][4], u[NT][4];
+    init_products(st, xk, xq);
+    products_tf32<kOut>(st, S, xk, xq);
+    solve_u(st, xk, u);
+    finish<kOut, false, true>(st, S, xq, u);
+  }
+  template <bool kOut>
+  __device__ static __noinline__ void tf32_chunk_out_of_line(const PairMath m, const Stage& st,
+                                                             float (&S)[kTiles][4], float (&xq)[NT][4]) {
+    m.tf32_chunk<kOut>(st, S, xq);
+  }
+  template <bool kOut>
+  __device__ static __noinline__ void tf32_finish_out_of_line(const PairMath m, const Stage& st,
+                                                              float (&S)[kTiles][4], float (&xq)[NT][4],
+                                                              const float (&u)[NT][4]) {
+    m.finish<kOut, false, false>(st, S, xq, u);
+  }
+
+  // step 2: U^T = xk (-T)^T over the 32 tokens (tf32; blocks above the diagonal are zero)
+  __device__ void solve_u(const Stage& st, const float (&xk)[NT][4], float (&u)[NT][4]) const {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) u[n][0] = u[n][1] = u[n][2] = u[n][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < NT; ++kk) {
+      const float a0 = ptx::round_tf32(xk[kk][0]), a1 = ptx::round_tf32(xk[kk][2]);
+      const float a2 = ptx::round_tf32(xk[kk][1]), a3 = ptx::round_tf32(xk[kk][3]);
+#pragma unroll
+      for (int n = kk; n < NT; ++n) {
+        const float2 b = View::square(st, block(Prepared::kNegT, n, kk, true), 8 * (n % 2) + g, 8 * (kk % 2) + 2 * t4);
+        ptx::mma_tf32(u[n], a0, a1, a2, a3, b.x, b.y);
+      }
+    }
+  }
+
+  __device__ static bool fits_f16(const float (&u)[NT][4]) {
+    float b = 0.f;
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+      b = fmaxf(b, fmaxf(fmaxf(fabsf(u[n][0]), fabsf(u[n][1])), fmaxf(fabsf(u[n][2]), fabsf(u[n][3]))));
+    return __all_sync(0xffffffffu, b < 65504.f);
+  }
+
+  template <bool kOut, bool kHalf, bool kDecay>
+  __device__ __forceinline__ void finish(const Stage& st, float (&S)[kTiles][4], float (&xq)[NT][4],
+                                         const float (&u)[NT][4]) const {
+    if constexpr (kOut) {
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) xq[n][r] *= scale;
+    }
+    float ua[NT][4];
+#pragma unroll
+    for (int kk = 0; kk < NT; ++kk) {
+      ua[kk][0] = ptx::round_tf32(u[kk][0]), ua[kk][1] = ptx::round_tf32(u[kk][2]);
+      ua[kk][2] = ptx::round_tf32(u[kk][1]), ua[kk][3] = ptx::round_tf32(u[kk][3]);
+    }
+    if constexpr (kOut) {
+#pragma unroll
+      for (int kk = 0; kk < NT; ++kk)
+#pragma unroll
+        for (int n = kk; n < NT; ++n) {
+          const float2 b = View::square(st, block(Prepared::kM, n, kk, false), 8 * (n % 2) + g, 8 * (kk % 2) + 2 * t4);
+          ptx::mma_tf32(xq[n], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
+        }
+    }
+    if constexpr (kDecay) decay(st, S);
+    if constexpr (kHalf) {
+      update_f16(st, S, u);
+    } else {
+      update_tf32(st, S, ua);
+    }
+  }
+
+  // -v of this warp's rows as the C fragments of xk: one transposing ldmatrix a chunk (as
+  // PackedStageView::neg_v, tokens 16h ..).
+  __device__ void init_products(const Stage& st, float (&xk)[NT][4], float (&xq)[NT][4]) const {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) xq[n][0] = xq[n][1] = xq[n][2] = xq[n][3] = 0.f;
+    if (!has_v) {
+#pragma unroll
+      for (int n = 0; n < NT; ++n) xk[n][0] = xk[n][1] = xk[n][2] = xk[n][3] = 0.f;
+      return;
+    }
+    const int m = lane >> 3, r = lane & 7, r0 = cwarp * 16;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint4 p = ptx::ldmatrix_x4_trans(&st.v[16 * h + 8 * (m >> 1) + r][r0 + 8 * (m & 1)]);
+      const uint32_t w[4] = {p.x ^ 0x80008000u, p.y ^ 0x80008000u, p.z ^ 0x80008000u, p.w ^ 0x80008000u};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        xk[2 * h + (q >> 1)][2 * (q & 1)] = __uint_as_float(w[q] << 16);
+        xk[2 * h + (q >> 1)][2 * (q & 1) + 1] = __uint_as_float(w[q] & 0xffff0000u);
+      }
+    }
+  }
+
+  template <bool kOut>
+  __device__ void products_tf32(const Stage& st, const float (&S)[kTiles][4], float (&xk)[NT][4],
+                                float (&xq)[NT][4]) const {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      const float a0 = ptx::round_tf32(S[j][0]), a1 = ptx::round_tf32(S[j][2]);
+      const float a2 = ptx::round_tf32(S[j][1]), a3 = ptx::round_tf32(S[j][3]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float4 bk = View::kq(st, h * kSlot + Prepared::kKTilde, g, 8 * j + 2 * t4);
+        ptx::mma_tf32(xk[2 * h], a0, a1, a2, a3, bk.x, bk.z);
+        ptx::mma_tf32(xk[2 * h + 1], a0, a1, a2, a3, bk.y, bk.w);
+        if constexpr (kOut) {
+          const float4 bq = View::kq(st, h * kSlot + Prepared::kQHat, g, 8 * j + 2 * t4);
+          ptx::mma_tf32(xq[2 * h], a0, a1, a2, a3, bq.x, bq.z);
+          ptx::mma_tf32(xq[2 * h + 1], a0, a1, a2, a3, bq.y, bq.w);
+        }
+      }
+    }
+  }
+
+  // Step 1 in fp16 (ChunkMath::products_f16 over both chunks: the four token tiles are four
+  // independent accumulator chains each for xk and xq).
+  template <bool kOut>
+  __device__ bool products_f16(const Stage& st, const float (&S)[kTiles][4], float (&xk)[NT][4],
+                               float (&xq)[NT][4]) const {
+#pragma unroll
+    for (int i = 0; i < kTiles / 2; ++i) {
+      const uint32_t af[4] = {ptx::pack_f16(S[2 * i][0], S[2 * i][1]), ptx::pack_f16(S[2 * i][2], S[2 * i][3]),
+                              ptx::pack_f16(S[2 * i + 1][0], S[2 * i + 1][1]),
+                              ptx::pack_f16(S[2 * i + 1][2], S[2 * i + 1][3])};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint4 bk = View::frag16(st, h * kSlot + Prepared::kKTilde, i, lane);
+        ptx::mma_f16(xk[2 * h], af, bk.x, bk.y);
+        ptx::mma_f16(xk[2 * h + 1], af, bk.z, bk.w);
+        if constexpr (kOut) {
+          const uint4 bq = View::frag16(st, h * kSlot + Prepared::kQHat, i, lane);
+          ptx::mma_f16(xq[2 * h], af, bq.x, bq.y);
+          ptx::mma_f16(xq[2 * h + 1], af, bq.z, bq.w);
+        }
+      }
+    }
+    float check[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) check[r] = (xk[0][r] + xk[1][r]) + (xk[2][r] + xk[3][r]);
+    const float sum = (check[0] + check[1]) + (check[2] + check[3]);
+    return __all_sync(0xffffffffu, isfinite(sum));
+  }
+
+  // S <- S Diag(gamma_a gamma_b) (slot a's gamma is the pair's decay)
+  __device__ void decay(const Stage& st, float (&S)[kTiles][4]) const {
+#pragma unroll
+    for (int i = 0; i < kTiles / 2; ++i) {
+      const float4 gm = View::gamma4(st, i, t4);
+      float(&s0)[4] = S[2 * i];
+      float(&s1)[4] = S[2 * i + 1];
+      s0[0] *= gm.x, s0[1] *= gm.y, s0[2] *= gm.x, s0[3] *= gm.y;
+      s1[0] *= gm.z, s1[1] *= gm.w, s1[2] *= gm.z, s1[3] *= gm.w;
+    }
+  }
+
+  __device__ void update_tf32(const Stage& st, float (&S)[kTiles][4], const float (&ua)[NT][4]) const {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+      for (int kk = 0; kk < NT; ++kk) {
+        const float2 b = View::word(st, (kk / 2) * kSlot + Prepared::kKDec,
+                                    Prepared::k_dec_word(8 * j + g, (8 * (kk % 2) + 2 * t4) / 2));
+        ptx::mma_tf32(S[j], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
+      }
+  }
+
+  // Step 4 with U^T in fp16: one m16n8k16 per state tile and chunk (k = the chunk's 16 tokens).
+  __device__ void update_f16(const Stage& st, float (&S)[kTiles][4], const float (&u)[NT][4]) const {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t af[4] = {ptx::pack_f16(u[2 * h][0], u[2 * h][1]), ptx::pack_f16(u[2 * h][2], u[2 * h][3]),
+                              ptx::pack_f16(u[2 * h + 1][0], u[2 * h + 1][1]),
+                              ptx::pack_f16(u[2 * h + 1][2], u[2 * h + 1][3])};
+#pragma unroll
+      for (int i = 0; i < kTiles / 2; ++i) {
+        const uint4 kd = View::frag16(st, h * kSlot + Prepared::kKDec, i, lane);
+        ptx::mma_f16(S[2 * i], af, kd.x, kd.y);
+        ptx::mma_f16(S[2 * i + 1], af, kd.z, kd.w);
+      }
+    }
+  }
+};
+
 template <class Tr, class View>
 struct KdaConsumer {
   using Stage = typename Tr::Stage;
-  static constexpr int C = Tr::kChunk;
+  static constexpr int C = Tr::kChunk;  // tokens a step: 16, or 32 (pairs)
+  static constexpr int NT = C / 8;      // n8 token tiles of a step
   static constexpr int D = Tr::kDim;
   static constexpr int kTiles = D / 8;  // n8 tiles of the state
+  using Math = std::conditional_t<Tr::kPair, PairMath<Tr, View>, ChunkMath<Tr, View>>;
 
   const KdaFwdArgs& a;
   const WorkUnit& w;
   const RowsIO& io;
   typename Tr::Smem& sm;
   int cwarp, lane, g, t4;
-  ChunkMath<Tr, View> m;
+  Math m;
 
   __device__ KdaConsumer(const KdaFwdArgs& args, const WorkUnit& work, const RowsIO& rows, typename Tr::Smem& smem,
                          int warp, int ln)
@@ -523,7 +743,7 @@ struct KdaConsumer {
   __device__ OutCursor out_cursor() const {
     const int t = lane >> 1, half = lane & 1;
     // (below 0: a virtual token, docs/kernel.md; the fused kernel's grid is never shifted)
-    const int tok = io.chunk0 * C + t - (View::kCheckpoints ? int(w.shift) : 0);
+    const int tok = io.chunk0 * kChunkTokens + t - (View::kCheckpoints ? int(w.shift) : 0);
     uint16_t* base = a.out + w.row * a.out_s[0] + w.begin * a.out_s[1] + int64_t(w.hv) * a.out_s[2] +
                      w.slice * Tr::kVRows + cwarp * 16 + half * 8;
     return OutCursor{base + int64_t(tok) * a.out_s[1], tok};
@@ -539,8 +759,8 @@ struct KdaConsumer {
       for (int r = 0; r < 4; ++r) dst[j][r] = src[j][r];
   }
   template <class Step>
-  __device__ __forceinline__ static void rare_path(float (&S)[kTiles][4], float (&xq)[2][4], Step step) {
-    float s_copy[kTiles][4], xq_copy[2][4];
+  __device__ __forceinline__ static void rare_path(float (&S)[kTiles][4], float (&xq)[NT][4], Step step) {
+    float s_copy[kTiles][4], xq_copy[NT][4];
     copy(s_copy, S);
     copy(xq_copy, xq);
     step(s_copy, xq_copy);
@@ -555,9 +775,9 @@ struct KdaConsumer {
   __device__ __forceinline__ void chunk(float (&S)[kTiles][4], RingPos<Tr::kStages>& ring, OutCursor& out, int i,
                                         int nchunks) {
     const Stage& st = View::acquire(sm, ring);
-    float xq[2][4];
+    float xq[NT][4];
     if constexpr (View::kHalfProducts) {
-      float xk[2][4], u[2][4];
+      float xk[NT][4], u[NT][4];
       m.init_products(st, xk, xq);
       if (m.template products_f16<kOut>(st, S, xk, xq)) {  // step 1 (S unchanged)
         m.decay(st, S);  // S Diag(gamma) of step 4 needs nothing of U: it overlaps step 2
@@ -565,15 +785,15 @@ struct KdaConsumer {
         if (m.fits_f16(u)) {
           m.template finish<kOut, true, false>(st, S, xq, u);
         } else {
-          rare_path(S, xq, [&](float(&s_copy)[kTiles][4], float(&xq_copy)[2][4]) {
-            float u_copy[2][4];  // (u itself stays in registers)
+          rare_path(S, xq, [&](float(&s_copy)[kTiles][4], float(&xq_copy)[NT][4]) {
+            float u_copy[NT][4];  // (u itself stays in registers)
             copy(u_copy, u);
-            ChunkMath<Tr, View>::template tf32_finish_out_of_line<kOut>(m, st, s_copy, xq_copy, u_copy);
+            Math::template tf32_finish_out_of_line<kOut>(m, st, s_copy, xq_copy, u_copy);
           });
         }
       } else {
-        rare_path(S, xq, [&](float(&s_copy)[kTiles][4], float(&xq_copy)[2][4]) {
-          ChunkMath<Tr, View>::template tf32_chunk_out_of_line<kOut>(m, st, s_copy, xq_copy);
+        rare_path(S, xq, [&](float(&s_copy)[kTiles][4], float(&xq_copy)[NT][4]) {
+          Math::template tf32_chunk_out_of_line<kOut>(m, st, s_copy, xq_copy);
         });
       }
     } else {
@@ -584,13 +804,14 @@ struct KdaConsumer {
     if constexpr (kOut) store_output(xq, out);
   }
 
-  // Stages the warp's 16 rows x 16 tokens of O^T through shared memory so that every lane writes
-  // 16 contiguous bytes (8 value channels of one token), and moves the cursor to the next chunk.
-  __device__ void store_output(const float (&o)[2][4], OutCursor& out) {
+  // Stages the warp's 16 rows x C tokens of O^T through shared memory so that every lane writes
+  // 16 contiguous bytes (8 value channels of one token; C = 32: two tokens 16 apart), and moves the
+  // cursor to the next step.
+  __device__ void store_output(const float (&o)[NT][4], OutCursor& out) {
     uint16_t(*stage)[16] = sm.out_stage[cwarp];
     __syncwarp();
 #pragma unroll
-    for (int n = 0; n < 2; ++n) {
+    for (int n = 0; n < NT; ++n) {
       const int t = 8 * n + 2 * t4;
       stage[t][g] = __bfloat16_as_ushort(__float2bfloat16_rn(o[n][0]));
       stage[t + 1][g] = __bfloat16_as_ushort(__float2bfloat16_rn(o[n][1]));
@@ -600,6 +821,11 @@ struct KdaConsumer {
     __syncwarp();
     if (out.tok >= 0 && out.tok < w.len)
       *reinterpret_cast<uint4*>(out.ptr) = *reinterpret_cast<const uint4*>(&stage[lane >> 1][(lane & 1) * 8]);
+    if constexpr (C == 32) {
+      if (out.tok + 16 < w.len)
+        *reinterpret_cast<uint4*>(out.ptr + 16 * a.out_s[1]) =
+            *reinterpret_cast<const uint4*>(&stage[16 + (lane >> 1)][(lane & 1) * 8]);
+    }
     out.ptr += C * a.out_s[1];
     out.tok += C;
   }

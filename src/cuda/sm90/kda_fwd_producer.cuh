@@ -75,6 +75,7 @@ struct StageSink {
   }
   __device__ void m(int t, int s, float x) const { st.m[t][s] = ptx::round_tf32(x); }
   __device__ void neg_t(int t, int s, float x) const { st.neg_t[t][s] = ptx::round_tf32(x); }
+  __device__ void cross(int) const {}  // (32-token steps only: kda_prep.cuh, PairSink)
 };
 
 // kSoftplus: the softplus gate's P2 and P3 (see above); false: the sigmoid gate, whose code is
@@ -219,14 +220,19 @@ struct KdaProducer {
     tiles(raw, sink, G);
     group_sync();
     // Warp 0 computes A and goes straight on to the inverse, which needs nothing else; warps 2
-    // and 3 compute M meanwhile (warp 1 has no work here). D = 64: warp 1 computes M.
+    // and 3 compute M meanwhile (warp 1 computes the cross blocks of a pair's second chunk, else
+    // has no work here). D = 64: warp 1 computes M.
     const int warp = ptid >> 5;
     if (warp == 0) {
       l_matrix(sink);
       __syncwarp();
       inverse(sink);
     } else if constexpr (kWarps == 4) {
-      if (warp >= 2) m_matrix(sink, warp - 2);
+      if (warp >= 2) {
+        m_matrix(sink, warp - 2);
+      } else {
+        sink.cross(ptid);
+      }
     } else {
       m_matrix(sink, 0);
       m_matrix(sink, 1);

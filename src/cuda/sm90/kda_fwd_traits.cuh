@@ -14,7 +14,10 @@
 // 64), the rows a CTA may own (at most kD) and the chain's kD x kD states.
 #pragma once
 
+#include <cuda_fp16.h>
+
 #include <cstdint>
+#include <type_traits>
 
 namespace flash_kda::cuda::sm90 {
 
@@ -115,6 +118,13 @@ struct KdaPrepared {
   static constexpr int kQHat = kOutputFree;   // fp16, as k_tilde: q_hat 2^{G_t} (no scale)
   static constexpr int kM = 100 * kD + 1024;  // fp32, as -T: masked q_tilde k_bar^T (with scale)
   static constexpr int kBytes = 100 * kD + 2048;
+  // 32-token steps (docs/kernel.md, "32-token steps"): a pair of chunks (a, b) is two slots of
+  // kPairSlot bytes, adjacent in the workspace. Each slot is the format above with every tile taken
+  // relative to the pair (a's k_dec to the pair's end and its gamma the pair's decay; b's k_tilde and
+  // q_hat to the pair's start), followed by a 16 x 16 cross block at kCross in the square layout:
+  // slot a holds (-T)[b][a], slot b M[b][a].
+  static constexpr int kCross = kBytes;
+  static constexpr int kPairSlot = kBytes + 1024;
   static_assert(kD != 128 || (kKDec == 4096 && kNegT == 8192 && kGamma == 9216 && kQHat == 9728 && kM == 13824 &&
                               kBytes == 14848),
                 "the K = V = 128 format");
@@ -183,6 +193,7 @@ struct KdaFwdTraits : KdaDims<kD> {
   static_assert(kVRows <= kDim && kDim % kVRows == 0, "a CTA owns a slice of the kD state rows");
   // 8 consumer warps make 512 threads: 128 registers a thread, which both roles nearly fit.
   static constexpr int kProducerGroups = 2;
+  static constexpr bool kPair = false;         // 16-token steps (pairs: the recurrence kernel only)
   static constexpr bool kLoadV = true;         // the producer stages this CTA's v columns
   static constexpr bool kShiftedGrid = false;  // never runs with checkpoints: WorkUnit::shift is 0
   static constexpr int kProducerWarps = kProducerGroups * kGroupThreads / 32;
@@ -242,9 +253,17 @@ struct KdaPrepTraits : KdaDims<kD> {
     float k_tilde[kChunk / 2][kPitchKI];
     float q_tilde[kChunk / 2][kPitchKI];
   };
+  // 32-token steps (kD = 128 only): chunk a's k_dec tile (relative to a's end) kept for the pair's
+  // cross blocks; the row pitch of 136 halves puts a B fragment load's 32 words in distinct banks.
+  // After chunk b's products it holds A[b][a] (fp32).
+  struct PairStash {
+    __half k_dec[kChunk][kDim + 8];
+  };
+  struct NoStash {};
   struct Smem {
     Group group;
     Tiles tiles;
+    std::conditional_t<kD == 128, PairStash, NoStash> stash;
   };
   static constexpr int kSmemBytes = sizeof(Smem);
   // (an SM has 228 KB of shared memory, 1 KB of it reserved per CTA)
@@ -254,18 +273,23 @@ struct KdaPrepTraits : KdaDims<kD> {
 // The recurrence kernel of the prepared plans: one loader warp copies prepared chunks from the
 // workspace into a ring of shared-memory stages with bulk copies (mbarrier hand-offs); the
 // consumers read them in place (fp16 tiles converted as they load their fragments).
-template <int kD, int kConsumerWarps_>
+// kPair: the walk advances 32 tokens a step, a pair of prepared chunks (KdaPrepared::kPairSlot).
+template <int kD, int kConsumerWarps_, bool kPair_ = false>
 struct KdaRecTraits : KdaDims<kD> {
   using Dims = KdaDims<kD>;
-  using Dims::kChunk, Dims::kDim;
+  using Dims::kDim;
   using Prepared = KdaPrepared<kD>;
+  static constexpr bool kPair = kPair_;
+  static_assert(!kPair || kD == 128, "32-token steps are built for K = V = 128");
+  static constexpr int kChunk = kPair ? 2 * kChunkTokens : kChunkTokens;  // tokens a step
+  static constexpr int kStepBytes = kPair ? 2 * Prepared::kPairSlot : Prepared::kBytes;
   static constexpr int kConsumerWarps = kConsumerWarps_;
   static constexpr int kVRows = 16 * kConsumerWarps;
   static_assert(kVRows <= kDim && kDim % kVRows == 0, "a CTA owns a slice of the kD state rows");
   static constexpr int kLoaderWarps = 1;
   static constexpr int kThreads = 32 * (kLoaderWarps + kConsumerWarps);
   struct Stage {
-    alignas(16) unsigned char prepared[Prepared::kBytes];
+    alignas(16) unsigned char prepared[kStepBytes];
     // this CTA's v columns, as stored (bf16); rows padded by 16 bytes so that the eight 16-byte rows
     // of a transposing ldmatrix fall in distinct bank groups
     uint16_t v[kChunk][kVRows + 8];

@@ -69,6 +69,9 @@ struct PlanArgs {
   int seg0_chunks;  // L0 = first_segment_chunks(L) <= L: segment 0 of a split sequence
   int prep_chunks;  // consecutive chunks one preparation CTA prepares
   int slices;       // CTAs sharing the D rows of one part in this launch
+  // 32-token steps (docs/kernel.md): chunks are prepared and walked in pairs; every sequence's
+  // chunk count is rounded up to even in chunk_off, and L, L0 and prep_chunks are even.
+  int pair;
 };
 
 // The last n in [0, N) with off[n] <= r (off non-decreasing, off[0] = 0 <= r): a warp-wide search,

@@ -85,8 +85,8 @@ __global__ void __launch_bounds__(1024)
       const int64_t chunks = chunk_count(len, shift);
       atomicMax(&longest, static_cast<unsigned long long>(chunks));
       const int64_t segs = segment_count(chunks, p.seg_chunks, p.seg0_chunks);
-      v[0] = chunks;
-      v[1] = (chunks + p.prep_chunks - 1) / p.prep_chunks;
+      v[0] = p.pair ? (chunks + 1) & ~int64_t(1) : chunks;  // (pairs: slots for a whole last pair)
+      v[1] = (v[0] + p.prep_chunks - 1) / p.prep_chunks;
       v[2] = segs - 1;
       v[3] = segs == 1 ? 1 : 2 * segs - 3;
       v[4] = segs - 1;

@@ -30,6 +30,10 @@ struct WorkspaceSink {
   __device__ void kq(int t, int c, const float (&k)[2], const float (&q)[2]) const {
     *reinterpret_cast<float2*>(&tl.k_tilde[t][2 * c]) = make_float2(ptx::round_tf32(k[0]), ptx::round_tf32(k[1]));
     *reinterpret_cast<float2*>(&tl.q_tilde[t][2 * c]) = make_float2(ptx::round_tf32(q[0]), ptx::round_tf32(q[1]));
+    store_kq(t, c, k, q);
+  }
+  // The workspace words of kq() (every lane of the warp calls it: the pairs swap through shuffles).
+  __device__ void store_kq(int t, int c, const float (&k)[2], const float (&q)[2]) const {
     const bool odd = c & 1;
     const float k_other = __shfl_xor_sync(0xffffffffu, odd ? k[0] : k[1], 1);
     const float q_other = __shfl_xor_sync(0xffffffffu, odd ? q[0] : q[1], 1);
@@ -62,16 +66,160 @@ struct WorkspaceSink {
   __device__ void neg_t(int t, int s, float x) const {
     reinterpret_cast<float*>(dst + Prepared::kNegT)[Prepared::square_word(t, s)] = ptx::round_tf32(x);
   }
+  __device__ void cross(int) const {}  // (the producer's warp 1 in P3: only pairs have work there)
 };
 
-// Byte address of prepared chunk `c` of sequence n, head hv (head dimension kD).
+// 32-token steps (docs/kernel.md, "32-token steps"): the sink of chunk a (second = false) or b of a
+// pair. Chunk a is prepared as usual except that its k_dec tile (relative to a's end) goes to the
+// stash and its gamma stays in a register; chunk b's k_tilde and q_hat are stored times gamma_a
+// (relative to the pair's start: the shared-memory tiles, from which A and M are computed, stay
+// relative to b's start), and once b's gamma is known (tiles()) a's k_dec tile is stored times
+// gamma_b (relative to the pair's end) and a's gamma slot gets gamma_a gamma_b. In chunk b's P3 the
+// producer's otherwise idle warp 1 computes the cross blocks A[b][a] and M[b][a]: with tokens t of b
+// and s of a, 2^{G_t - G_s} = 2^{G^b_t} 2^{G^a_last - G^a_s}, so A[b][a] = k_tilde_b k_dec_a^T and
+// M[b][a] = q_tilde_b k_dec_a^T over the channels, every factor at most 1 (fp16 operands, fp32
+// accumulation). pair_epilogue() then forms (-T)[b][a] = (-T_b) A[b][a] (-T_a).
 template <int kD>
+struct PairSink {
+  static_assert(kD == 128, "32-token steps are built for K = V = 128");
+  using Prepared = KdaPrepared<kD>;
+  using Tr = KdaPrepTraits<kD>;
+  static constexpr int C = kChunkTokens;
+  WorkspaceSink<kD> ws;          // this chunk's slot
+  unsigned char* slot_a;         // the pair's slot a (with second: the other slot)
+  typename Tr::PairStash& stash;
+  float& gamma_a;                // this thread's channel: a's decay, carried from a to b
+  float scale;
+  bool second;
+
+  __device__ const float (*k_tilde() const)[Tr::kPitchKI] { return ws.k_tilde(); }
+  __device__ const float (*q_tilde() const)[Tr::kPitchKI] { return ws.q_tilde(); }
+  __device__ void kq(int t, int c, const float (&k)[2], const float (&q)[2]) const {
+    if (!second) return ws.kq(t, c, k, q);
+    // shared tiles relative to b's start (A_bb, M_bb), workspace relative to the pair's start
+    *reinterpret_cast<float2*>(&ws.tl.k_tilde[t][2 * c]) = make_float2(ptx::round_tf32(k[0]), ptx::round_tf32(k[1]));
+    *reinterpret_cast<float2*>(&ws.tl.q_tilde[t][2 * c]) = make_float2(ptx::round_tf32(q[0]), ptx::round_tf32(q[1]));
+    const float ks[2] = {k[0] * gamma_a, k[1] * gamma_a}, qs[2] = {q[0] * gamma_a, q[1] * gamma_a};
+    ws.store_kq(t, c, ks, qs);
+  }
+  __device__ void k_dec(int c, const float (&kd)[C]) const {
+    if (second) return ws.k_dec(c, kd);
+#pragma unroll
+    for (int t = 0; t < C; ++t) stash.k_dec[t][c] = __float2half_rn(kd[t]);
+  }
+  __device__ void gamma(int c, float g) const {
+    if (!second) {
+      gamma_a = g;
+      return;
+    }
+    ws.gamma(c, g);
+    // a's k_dec relative to the pair's end, and the pair's decay (this thread wrote column c of the
+    // stash itself in a's tiles())
+    float kd[C];
+#pragma unroll
+    for (int t = 0; t < C; ++t) kd[t] = __half2float(stash.k_dec[t][c]) * g;
+    WorkspaceSink<kD> a_sink{ws.tl, slot_a, ws.inv_scale};
+    a_sink.k_dec(c, kd);
+    a_sink.gamma(c, gamma_a * g);
+  }
+  __device__ void neg_v(int, const float (&)[C]) const {}
+  __device__ void m(int t, int s, float x) const { ws.m(t, s, x); }
+  __device__ void neg_t(int t, int s, float x) const { ws.neg_t(t, s, x); }
+
+  // Warp 1 in chunk b's P3 (lane = ptid % 32): M[b][a] into slot b's cross block, A[b][a] (fp32,
+  // [t][s]) over the stash once the warp has read it.
+  __device__ void cross(int ptid) const {
+    if (!second) return;
+    const int lane = ptid & 31, g = lane >> 2, t4 = lane & 3;
+    float acc_a[2][4] = {}, acc_m[2][4] = {};
+#pragma unroll
+    for (int i = 0; i < kD / 16; ++i) {
+      const int c = 16 * i + 2 * t4;
+      // rows (tokens) g, g + 8 at channels c, c + 1 and c + 8, c + 9 (token-interleaved tiles)
+      const float4 k0 = *reinterpret_cast<const float4*>(&ws.tl.k_tilde[g][2 * c]);
+      const float4 k1 = *reinterpret_cast<const float4*>(&ws.tl.k_tilde[g][2 * (c + 8)]);
+      const float4 q0 = *reinterpret_cast<const float4*>(&ws.tl.q_tilde[g][2 * c]);
+      const float4 q1 = *reinterpret_cast<const float4*>(&ws.tl.q_tilde[g][2 * (c + 8)]);
+      const uint32_t ak[4] = {ptx::pack_f16(k0.x, k0.z), ptx::pack_f16(k0.y, k0.w), ptx::pack_f16(k1.x, k1.z),
+                              ptx::pack_f16(k1.y, k1.w)};
+      // q_tilde carries `scale`: without it every factor is at most 1 (fp16 range)
+      const float r = ws.inv_scale;
+      const uint32_t aq[4] = {ptx::pack_f16(q0.x * r, q0.z * r), ptx::pack_f16(q0.y * r, q0.w * r),
+                              ptx::pack_f16(q1.x * r, q1.z * r), ptx::pack_f16(q1.y * r, q1.w * r)};
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&stash.k_dec[8 * n + g][c]);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&stash.k_dec[8 * n + g][c + 8]);
+        ptx::mma_f16(acc_a[n], ak, b0, b1);
+        ptx::mma_f16(acc_m[n], aq, b0, b1);
+      }
+    }
+    float* m_ba = reinterpret_cast<float*>(ws.dst + Prepared::kCross);
+    __syncwarp();  // every lane has read the stash
+    float(*a_ba)[C] = reinterpret_cast<float(*)[C]>(&stash.k_dec[0][0]);
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int t = g + 8 * h, s = 8 * n + 2 * t4;
+        *reinterpret_cast<float2*>(&a_ba[t][s]) = make_float2(acc_a[n][2 * h], acc_a[n][2 * h + 1]);
+        *reinterpret_cast<float2*>(&m_ba[Prepared::square_word(t, s)]) = make_float2(
+            ptx::round_tf32(acc_m[n][2 * h] * scale), ptx::round_tf32(acc_m[n][2 * h + 1] * scale));
+      }
+  }
+};
+
+// Byte address of prepared chunk `c` of sequence n, head hv (head dimension kD). kPair (32-token
+// steps): the two slots of a pair of one head are adjacent (chunk_off is even for every sequence).
+template <int kD, bool kPair = false>
 __device__ __forceinline__ unsigned char* prepared_chunk(const PlanArgs& p, int heads_v, int n, int hv, int64_t c) {
+  if constexpr (kPair)
+    return p.prepared +
+           ((p.seq.chunk_off[n] + (c & ~int64_t(1))) * heads_v + 2 * hv + (c & 1)) * int64_t(KdaPrepared<kD>::kPairSlot);
   return p.prepared + ((p.seq.chunk_off[n] + c) * heads_v + hv) * int64_t(KdaPrepared<kD>::kBytes);
 }
 
-// kD: the head dimension; kSoftplus: the softplus gate's producer (docs/spec.md, "Gate forms").
-template <int kD, bool kSoftplus>
+// After a pair's chunk b (the group synchronised): (-T)[b][a] = (-T_b) A[b][a] (-T_a) into slot a's
+// cross block, from T = (I + diag(beta) A)^{-1} diag(beta) by blocks: T[b][a] = -T_b A[b][a] T_a.
+// Y = A[b][a] (-T_a) first (thread: row t = ptid / 8, columns 2 (ptid % 8), +1), kept in the
+// group's k_bar tile (free until the next chunk's tiles()); -T_a and -T_b are read back from the
+// workspace, where this CTA wrote them.
+template <int kD, class Producer>
+__device__ __forceinline__ void pair_epilogue(const Producer& pr, typename KdaPrepTraits<kD>::Smem& sm,
+                                              unsigned char* slot_a, const unsigned char* slot_b, int ptid) {
+  using Prepared = KdaPrepared<kD>;
+  constexpr int C = kChunkTokens;
+  const int t = ptid >> 3, s = 2 * (ptid & 7);
+  const float(*a_ba)[C] = reinterpret_cast<const float(*)[C]>(&sm.stash.k_dec[0][0]);
+  const float* neg_ta = reinterpret_cast<const float*>(slot_a + Prepared::kNegT);
+  const float* neg_tb = reinterpret_cast<const float*>(slot_b + Prepared::kNegT);
+  float2 y = make_float2(0.f, 0.f);
+#pragma unroll
+  for (int u = 0; u < C; ++u) {
+    const float2 b = __ldcg(reinterpret_cast<const float2*>(&neg_ta[Prepared::square_word(u, s)]));
+    const float x = a_ba[t][u];
+    y.x = fmaf(x, b.x, y.x), y.y = fmaf(x, b.y, y.y);
+  }
+  float(*y_tile)[C] = reinterpret_cast<float(*)[C]>(&sm.group.k_bar[0][0]);
+  *reinterpret_cast<float2*>(&y_tile[t][s]) = y;
+  pr.group_sync();
+  float2 r = make_float2(0.f, 0.f);
+#pragma unroll
+  for (int w = 0; w < C / 2; ++w) {
+    const float2 nt = __ldcg(reinterpret_cast<const float2*>(&neg_tb[Prepared::square_word(t, 2 * w)]));
+    const float2 y0 = *reinterpret_cast<const float2*>(&y_tile[2 * w][s]);
+    const float2 y1 = *reinterpret_cast<const float2*>(&y_tile[2 * w + 1][s]);
+    r.x = fmaf(nt.x, y0.x, fmaf(nt.y, y1.x, r.x));
+    r.y = fmaf(nt.x, y0.y, fmaf(nt.y, y1.y, r.y));
+  }
+  *reinterpret_cast<float2*>(slot_a + Prepared::kCross + 4 * Prepared::square_word(t, s)) =
+      make_float2(ptx::round_tf32(r.x), ptx::round_tf32(r.y));
+}
+
+// kD: the head dimension; kSoftplus: the softplus gate's producer (docs/spec.md, "Gate forms");
+// kPair: the pair format of 32-token steps (PairSink; prep_chunks is even, and a sequence's chunk
+// count is rounded up to even: a missing chunk b is all past the end, an exact identity).
+template <int kD, bool kSoftplus, bool kPair>
 __global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>::kCtasPerSm)
     kda_prep_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p) {
   using Tr = KdaPrepTraits<kD>;
@@ -85,15 +233,37 @@ __global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>
   if (!locate(p.seq.prep_off, a.num_seqs, blockIdx.x / a.heads_v, n, block)) return;
   const WorkUnit w = table_unit(a, p.seq, n, hv, 0);
   if (w.skip) return;  // a padding sequence is never read
-  const int nchunks = int(chunk_count(w.len, w.shift));
+  int nchunks = int(chunk_count(w.len, w.shift));
+  if constexpr (kPair) nchunks = (nchunks + 1) & ~1;
   const int c0 = int(block) * p.prep_chunks, c1 = min(c0 + p.prep_chunks, nchunks);
   const float inv_scale = a.scale != 0.f ? 1.f / a.scale : 0.f;
-  unsigned char* base = prepared_chunk<kD>(p, a.heads_v, n, hv, 0);
-  const int64_t stride = int64_t(a.heads_v) * KdaPrepared<kD>::kBytes;
   KdaProducer<Tr, kSoftplus> producer(a, w, sm.group, 0, threadIdx.x);
-  producer.run_chunks(
-      c0, 1, c1, [&](int i) { return WorkspaceSink<kD>{sm.tiles, base + i * stride, inv_scale}; }, [](int) {},
-      [](int) {});
+  if constexpr (kPair) {
+    static_assert(!kSoftplus, "32-token steps are built for the sigmoid gate");
+    float gamma_a = 1.f;  // this thread's channel: chunk a's decay, carried to chunk b
+    producer.run_chunks(
+        c0, 1, c1,
+        [&](int i) {
+          return PairSink<kD>{WorkspaceSink<kD>{sm.tiles, prepared_chunk<kD, true>(p, a.heads_v, n, hv, i), inv_scale},
+                              prepared_chunk<kD, true>(p, a.heads_v, n, hv, i & ~1),
+                              sm.stash,
+                              gamma_a,
+                              a.scale,
+                              (i & 1) != 0};
+        },
+        [](int) {},
+        [&](int i) {
+          if (i & 1)
+            pair_epilogue<kD>(producer, sm, prepared_chunk<kD, true>(p, a.heads_v, n, hv, i - 1),
+                              prepared_chunk<kD, true>(p, a.heads_v, n, hv, i), threadIdx.x);
+        });
+  } else {
+    unsigned char* base = prepared_chunk<kD>(p, a.heads_v, n, hv, 0);
+    const int64_t stride = int64_t(a.heads_v) * KdaPrepared<kD>::kBytes;
+    producer.run_chunks(
+        c0, 1, c1, [&](int i) { return WorkspaceSink<kD>{sm.tiles, base + i * stride, inv_scale}; }, [](int) {},
+        [](int) {});
+  }
 }
 
 }  // namespace flash_kda::cuda::sm90

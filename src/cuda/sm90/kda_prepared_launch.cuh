@@ -12,12 +12,13 @@ namespace flash_kda::cuda::sm90 {
 
 namespace prepared_launch {
 
-template <int kD, bool kSoftplus>
+template <int kD, bool kSoftplus, bool kPair = false>
 cudaError_t launch_prep_gate(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas, cudaStream_t stream) {
   using Tr = KdaPrepTraits<kD>;
-  const cudaError_t e = raise_smem_limit<kda_prep_kernel<kD, kSoftplus>>(Tr::kSmemBytes);
+  const cudaError_t e = raise_smem_limit<kda_prep_kernel<kD, kSoftplus, kPair>>(Tr::kSmemBytes);
   if (e != cudaSuccess) return e;
-  kda_prep_kernel<kD, kSoftplus><<<dim3(static_cast<unsigned>(ctas)), Tr::kThreads, Tr::kSmemBytes, stream>>>(a, p);
+  kda_prep_kernel<kD, kSoftplus, kPair>
+      <<<dim3(static_cast<unsigned>(ctas)), Tr::kThreads, Tr::kSmemBytes, stream>>>(a, p);
   return cudaGetLastError();
 }
 
@@ -33,8 +34,13 @@ cudaError_t launch_rec(const KdaFwdArgs& a, const PlanArgs& p, int pass, int64_t
 
 // The softplus gate has its own preparation kernel (docs/spec.md, "Gate forms"); the recurrence,
 // chain and plan kernels serve every gate.
+// 32-token steps (PlanArgs::pair; K = V = 128, the sigmoid gate, no checkpoints: the host's plan
+// guarantees it) have their own preparation and recurrence instantiations.
 template <int kD>
 cudaError_t launch_kda_prep(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas, cudaStream_t stream) {
+  if constexpr (kD == 128) {
+    if (p.pair) return prepared_launch::launch_prep_gate<kD, false, true>(a, p, ctas, stream);
+  }
   return a.softplus_gate ? prepared_launch::launch_prep_gate<kD, true>(a, p, ctas, stream)
                          : prepared_launch::launch_prep_gate<kD, false>(a, p, ctas, stream);
 }
@@ -42,6 +48,9 @@ cudaError_t launch_kda_prep(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas
 template <int kD, int kConsumerWarps>
 cudaError_t launch_kda_rec(const KdaFwdArgs& a, const PlanArgs& p, int pass, int64_t ctas, cudaStream_t stream) {
   using Tr = KdaRecTraits<kD, kConsumerWarps>;
+  if constexpr (kD == 128) {
+    if (p.pair) return prepared_launch::launch_rec<KdaRecTraits<kD, kConsumerWarps, true>, false>(a, p, pass, ctas, stream);
+  }
   return a.checkpoint_interval > 0 ? prepared_launch::launch_rec<Tr, true>(a, p, pass, ctas, stream)
                                    : prepared_launch::launch_rec<Tr, false>(a, p, pass, ctas, stream);
 }

@@ -28,7 +28,7 @@ struct KdaLoader {
   const RowsIO& io;
   typename Tr::Smem& sm;
   const unsigned char* src0;  // prepared chunk io.chunk0
-  int64_t stride;             // bytes between consecutive chunks of one head
+  int64_t stride;             // bytes between consecutive steps (chunks, or pairs) of one head
   const uint16_t* v_base;     // v of the sequence's first token, this slice's first column
   int64_t v_token_stride;     // elements between tokens of v
   const int32_t* ck_row;      // the sequence's row of checkpoint_indices (with io.ck_next >= 0)
@@ -47,7 +47,9 @@ struct KdaLoader {
   __device__ void run() {
     constexpr int kPieces = kVRowBytes / 16;  // 16-byte pieces of one v row
     using Prepared = typename Tr::Prepared;
-    const uint32_t prepared_bytes = io.write_out ? Prepared::kBytes : Prepared::kOutputFree;
+    // (pairs: both slots whole, their cross blocks follow each slot's chunk)
+    const uint32_t prepared_bytes =
+        Tr::kPair ? Tr::kStepBytes : (io.write_out ? Prepared::kBytes : Prepared::kOutputFree);
     int ck_next = io.ck_next, ck_m = io.ck_m;  // the walk's next boundary chunk and its column
     for (int i = 0; i < io.nchunks; ++i) {
       const int s = i % Tr::kStages;
@@ -58,7 +60,7 @@ struct KdaLoader {
         bulk_copy_g2s(st.prepared, src0 + i * stride, prepared_bytes, &sm.full[s]);
       }
       if (io.has_v) {
-        const int64_t tok0 = int64_t(io.chunk0 + i) * C - w.shift;  // the chunk's first token
+        const int64_t tok0 = int64_t(io.chunk0) * kChunkTokens + int64_t(i) * C - w.shift;  // the step's first token
         const int lo = int(max(int64_t(0), -tok0)), hi = int(min(int64_t(C), w.len - tok0));
 #pragma unroll
         for (int x = lane; x < C * kPieces; x += 32) {
@@ -182,7 +184,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   WorkUnit w = table_unit(a, p.seq, n, hv, slice);
   if (w.skip) return;  // padding: nothing is read or written
   if constexpr (!kCk) w.shift = 0;
-  const RowsIO io = part_rows<Tr::kDim>(a, p, w, pass, local, Tr::kVRows);
+  RowsIO io = part_rows<Tr::kDim>(a, p, w, pass, local, Tr::kVRows);
+  // Pairs: the walk's chunk range (even start, docs/kernel.md "32-token steps") in steps of two; a
+  // last odd chunk's partner is all past the end (an identity).
+  if constexpr (Tr::kPair) io.nchunks = (io.nchunks + 1) / 2;
   if (threadIdx.x == 0) {
     for (int s = 0; s < Tr::kStages; ++s) {
       mbarrier_init(&sm.full[s], 32);  // every loader lane
@@ -198,8 +203,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     KdaLoader<Tr, kCk>{w,
                        io,
                        sm,
-                       prepared_chunk<Tr::kDim>(p, a.heads_v, n, hv, io.chunk0),
-                       int64_t(a.heads_v) * Tr::Prepared::kBytes,
+                       prepared_chunk<Tr::kDim, Tr::kPair>(p, a.heads_v, n, hv, io.chunk0),
+                       Tr::kPair ? 2 * int64_t(a.heads_v) * Tr::Prepared::kPairSlot
+                                 : int64_t(a.heads_v) * Tr::Prepared::kBytes,
                        v_base,
                        a.v_s[1],
                        a.checkpoint_indices + int64_t(n) * a.checkpoint_stride,

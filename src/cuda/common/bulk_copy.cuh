@@ -5,6 +5,45 @@
 
 #include <cstdint>
 
+#ifdef FLASH_KDA_SIMT_EMULATION
+#include "simt_emulation.h"
+
+// (host emulation, tests/emu/simt_emulation.h: copies land at once)
+namespace flash_kda::cuda {
+
+inline void mbarrier_init(uint64_t* bar, uint32_t count) {
+  emu::MBarrier& m = emu::g_cta->mbarriers[bar];
+  m = emu::MBarrier{int(count), int(count), 0, 0};
+}
+inline void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  emu::MBarrier& m = emu::mbarrier(bar);
+  m.tx += bytes;
+  --m.pending;
+  emu::mbarrier_check(m);
+}
+inline void mbarrier_expect_tx(uint64_t* bar, uint32_t bytes) { emu::mbarrier(bar).tx += bytes; }
+inline void cp_async_mbarrier_arrive(uint64_t* bar) {
+  emu::MBarrier& m = emu::mbarrier(bar);
+  --m.pending;
+  emu::mbarrier_check(m);
+}
+inline void mbarrier_arrive(uint64_t* bar) { cp_async_mbarrier_arrive(bar); }
+inline void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  while ((emu::mbarrier(bar).completed & 1) == parity) emu::yield();
+}
+inline void bulk_copy_g2s(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
+  if (bytes % 16 != 0 || reinterpret_cast<uintptr_t>(smem) % 16 != 0 || reinterpret_cast<uintptr_t>(gmem) % 16 != 0)
+    emu::fail("bulk copy: size or address not a multiple of 16");
+  std::memcpy(smem, gmem, bytes);
+  emu::MBarrier& m = emu::mbarrier(bar);
+  m.tx -= bytes;
+  emu::mbarrier_check(m);
+}
+
+}  // namespace flash_kda::cuda
+
+#else  // the device code
+
 namespace flash_kda::cuda {
 
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
@@ -66,3 +105,5 @@ __device__ __forceinline__ void bulk_copy_g2s(void* smem, const void* gmem, uint
 }
 
 }  // namespace flash_kda::cuda
+
+#endif  // FLASH_KDA_SIMT_EMULATION

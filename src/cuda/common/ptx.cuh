@@ -4,6 +4,58 @@
 
 #include <cstdint>
 
+// A kernel's dynamic shared memory, as the byte array `name`.
+#ifdef FLASH_KDA_SIMT_EMULATION
+#define FLASH_KDA_DYNAMIC_SMEM(name) unsigned char* name = ::flash_kda::emu::dynamic_smem()
+#else
+#define FLASH_KDA_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+
+#ifdef FLASH_KDA_SIMT_EMULATION
+// The host emulation of these primitives (tests/emu/simt_emulation.h): the kernels' code then runs
+// on a CPU, one fiber a thread.
+#include "simt_emulation.h"
+
+namespace flash_kda::cuda::ptx {
+
+__device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(__float_as_uint(x) + 0x1000u); }
+inline void mma_tf32(float (&d)[4], float a0, float a1, float a2, float a3, float b0, float b1) {
+  emu::mma_tf32(d, a0, a1, a2, a3, b0, b1);
+}
+inline void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { emu::mma_f16(d, a, b0, b1); }
+inline uint32_t pack_f16(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  uint32_t r;
+  std::memcpy(&r, &h, 4);
+  return r;
+}
+inline uint4 ldmatrix_x4_trans(const void* smem_row) { return emu::ldmatrix_x4_trans(smem_row); }
+inline void cp_async_16(void* smem, const void* gmem, uint32_t src_bytes) {
+  std::memset(smem, 0, 16);
+  if (src_bytes) std::memcpy(smem, gmem, src_bytes < 16 ? src_bytes : 16);
+}
+inline void cp_async_4(void* smem, const void* gmem) { std::memcpy(smem, gmem, 4); }
+inline void cp_async_commit() {}
+template <int N>
+inline void cp_async_wait() {}
+inline void bar_sync(int id, int count) {
+  __syncwarp();
+  emu::named_barrier(id, count, true);
+}
+inline void bar_arrive(int id, int count) {
+  __syncwarp();
+  emu::named_barrier(id, count, false);
+}
+// ex2.approx.ftz / rcp.approx.ftz: exact values, subnormal results flushed to zero
+inline float ftz(float x) { return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.f, x) : x; }
+inline float ex2(float x) { return ftz(std::exp2(ftz(x))); }
+inline float rcp(float x) { return ftz(1.f / ftz(x)); }
+inline const void* as_ptr(const void* base, int64_t byte_offset) { return static_cast<const char*>(base) + byte_offset; }
+
+}  // namespace flash_kda::cuda::ptx
+
+#else  // the device code
+
 namespace flash_kda::cuda::ptx {
 
 // Rounds fp32 to tf32 to nearest (ties away from zero) for the tensor cores, which read the top 19
@@ -104,3 +156,5 @@ __device__ __forceinline__ const void* as_ptr(const void* base, int64_t byte_off
 }
 
 }  // namespace flash_kda::cuda::ptx
+
+#endif  // FLASH_KDA_SIMT_EMULATION

@@ -13,7 +13,7 @@ __global__ void __launch_bounds__(ChainTraits<kD>::kThreads)
     kda_chain_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p) {
   using Tr = ChainTraits<kD>;
   constexpr int D = kD, R = Tr::kRows, kSlices = D / R, kT = Tr::kThreads;
-  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  FLASH_KDA_DYNAMIC_SMEM(smem_bytes);
   auto& sm = *reinterpret_cast<typename Tr::Smem*>(smem_bytes);
   if (fused_chosen(a)) return;
   const int b = blockIdx.x, slice = b % kSlices, hv = (b / kSlices) % a.heads_v;

@@ -13,7 +13,7 @@ namespace flash_kda::cuda::sm90 {
 // kSoftplus: the softplus gate's producer (docs/spec.md, "Gate forms"); the consumers are the same.
 template <class Tr, bool kSoftplus>
 __global__ void __launch_bounds__(Tr::kThreads, 1) kda_fwd_kernel(const __grid_constant__ KdaFwdArgs args) {
-  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  FLASH_KDA_DYNAMIC_SMEM(smem_bytes);
   auto& sm = *reinterpret_cast<typename Tr::Smem*>(smem_bytes);
   if (args.device_plan != nullptr && *args.device_plan != 1) return;  // the prepared kernels run instead
   const WorkUnit work = schedule_work(args, sm.scheduled_seq);

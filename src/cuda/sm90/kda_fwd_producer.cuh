@@ -45,9 +45,13 @@ __device__ __forceinline__ float bf16_bits_to_float(uint16_t h) { return __uint_
 // (x, y) = swap ? (a, b) : (b, a), as two selp: written as C++ selects of array elements, the
 // compiler turns them into a select of addresses and moves the array to local memory.
 __device__ __forceinline__ void swap_if(bool swap, float a, float b, float& x, float& y) {
+#ifdef FLASH_KDA_SIMT_EMULATION
+  x = swap ? a : b, y = swap ? b : a;
+#else
   asm("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %2, 0;\n\tselp.f32 %0, %3, %4, p;\n\tselp.f32 %1, %4, %3, p;\n\t}"
       : "=f"(x), "=f"(y)
       : "r"(int(swap)), "f"(a), "f"(b));
+#endif
 }
 
 // The fused kernel's sink: the prepared chunk lands in a shared-memory ring stage, rounded to tf32.

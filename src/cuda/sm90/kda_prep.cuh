@@ -223,7 +223,7 @@ template <int kD, bool kSoftplus, bool kPair>
 __global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>::kCtasPerSm)
     kda_prep_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p) {
   using Tr = KdaPrepTraits<kD>;
-  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  FLASH_KDA_DYNAMIC_SMEM(smem_bytes);
   auto& sm = *reinterpret_cast<typename Tr::Smem*>(smem_bytes);
   if (fused_chosen(a)) return;
   const int hv = blockIdx.x % a.heads_v;

@@ -173,7 +173,7 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
 template <class Tr, bool kCk>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     kda_rec_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p, int pass) {
-  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  FLASH_KDA_DYNAMIC_SMEM(smem_bytes);
   auto& sm = *reinterpret_cast<typename Tr::Smem*>(smem_bytes);
   if (fused_chosen(a)) return;
   const int b = blockIdx.x, slice = b % p.slices, hv = (b / p.slices) % a.heads_v;

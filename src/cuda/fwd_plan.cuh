@@ -1,0 +1,313 @@
+// The host side of the CUDA forward that does not touch the CUDA runtime: the plan made from
+// host-known sizes (docs/kernel.md, "Plans"), the workspace layout, the kernel arguments, and the
+// prepared plans' launch sequence over a launcher policy. fwd_dispatch.cu launches the kernels
+// through the CUDA runtime; the CPU tests of the kernels (tests/emu) run the same sequence on the
+// host emulation of the device (docs/testing.md, "Kernels on the CPU").
+#pragma once
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include "dispatch_common.h"
+#include "flash_kda/flash_kda.h"
+#include "sm90/kda_fwd_traits.cuh"
+#include "sm90/kda_plan.cuh"
+
+namespace flash_kda::cuda::fwd_plan {
+
+constexpr int64_t kChunk = sm90::kChunkTokens;
+// A split never makes segments shorter than this (chunks): each segment costs a chain step
+// (~2 us) and pass 1 and 3 restart latency.
+constexpr int64_t kMinSegmentChunks = 16;
+constexpr size_t kAlign = 256;
+// kAuto runs the fused kernel when no sequence can be longer than this (chunks).
+constexpr int64_t kShortChunks = 32;
+
+inline size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+// What the plan needs of the head dimension D = K = V (validate() admits 128 and 64 on CUDA; any
+// other value is sized as 128, the larger).
+struct DimSizes {
+  int64_t state_bytes;     // one fp32 D x D state
+  int64_t prepared_bytes;  // one prepared chunk (KdaPrepared)
+  int prep_ctas_per_sm;    // preparation CTAs resident on an SM
+  int max_slices;          // CTAs that may share one state's rows: D / 16 (16 rows a consumer warp)
+};
+
+template <int kD>
+constexpr DimSizes dim_sizes_of() {
+  return {int64_t(kD) * kD * 4, sm90::KdaPrepared<kD>::kBytes, sm90::KdaPrepTraits<kD>::kCtasPerSm, kD / 16};
+}
+
+inline DimSizes dim_sizes(const FwdParams& p) { return p.head_dim_k == 64 ? dim_sizes_of<64>() : dim_sizes_of<128>(); }
+
+// What the host decides from the sizes it knows; the device refines it per sequence (kda_plan.cuh).
+struct HostPlan {
+  FwdPlan kind = FwdPlan::kFused;
+  // kAuto on a packed batch whose pairs fill the GPU: the plan kernel looks at the lengths and
+  // runs either the fused kernel or the split plan (both launched; the other returns at once).
+  bool device_decides = false;
+  int64_t seg_chunks = 0;   // L
+  int64_t seg0_chunks = 0;  // L0: segment 0 (docs/kernel.md, "Plans")
+  int64_t max_chunks = 0;   // bound on the sum of every sequence's chunks
+  int64_t max_extra = 0;    // bound on the split segments beyond each sequence's first
+  int prep_chunks = 4;      // chunks per preparation CTA
+  bool pair = false;        // 32-token steps (docs/kernel.md, "32-token steps")
+  int slices1 = 1, slices3 = 1;
+  // Workspace layout (byte offsets from the aligned base).
+  size_t off_table = 0, off_prepared = 0, off_segments = 0, bytes = 0;
+};
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The largest power of two s <= max_slices (8 at D = 128, 4 at 64) with parts * s CTAs fitting one
+// per SM (at least 1).
+inline int slices_for(int64_t parts, int sm_count, int max_slices) {
+  int s = 1;
+  while (s < max_slices && parts * s * 2 <= sm_count) s *= 2;
+  return s;
+}
+
+// Chunks per preparation CTA (4 to 32: enough to amortise a CTA's start): the count whose waves
+// of `slots` CTAs (4 an SM) end soonest for `chunks` chunks, counting a partly filled last wave
+// whole; the larger count on a tie (fewer CTAs). fixed32's 16,384 chunks: 32 a CTA in one wave,
+// where 15 a CTA took three waves (45 chunks' time against 32).
+inline int prep_chunks_for(int64_t chunks, int64_t slots, int step) {
+  int best = 4;
+  int64_t best_span = INT64_MAX;
+  for (int c = 4; c <= 32; c += step) {  // (step 2 with pairs: whole pairs a CTA)
+    const int64_t ctas = ceil_div(std::max<int64_t>(chunks, 1), c);
+    const int64_t span = ceil_div(ctas, slots) * c;
+    if (span <= best_span) best = c, best_span = span;
+  }
+  return best;
+}
+
+// Whether the prepared plans can walk 32-token steps for this call: K = V = 128, the sigmoid gate
+// and no checkpoints (a checkpoint interval is a multiple of 16, not of 32).
+inline bool pair_steps_supported(const FwdParams& p) {
+  return p.head_dim_k != 64 && p.gate != GateForm::kSoftplus && p.checkpoint_interval == 0;
+}
+
+inline int64_t even_up(int64_t x) { return (x + 1) & ~int64_t(1); }
+
+inline HostPlan make_plan(const FwdParams& p, int sm_count) {
+  HostPlan h;
+  const int64_t N = num_sequences(p), HV = p.heads_v > 0 ? p.heads_v : p.heads;
+  const DimSizes dim = dim_sizes(p);
+  // Checkpoints run on the prepared plans only (the consumers of the recurrence kernel write them;
+  // docs/kernel.md, "The shifted chunk grid and checkpoints"): kAuto becomes kSplit (which splits
+  // only where the planner below finds it pays), a forced kFused kPrepared, and the device never
+  // decides.
+  const bool checkpoints = p.checkpoint_interval > 0;
+  h.kind = p.plan;
+  if (checkpoints && h.kind == FwdPlan::kAuto) h.kind = FwdPlan::kSplit;
+  if (checkpoints && h.kind == FwdPlan::kFused) h.kind = FwdPlan::kPrepared;
+  if (h.kind == FwdPlan::kAuto) {
+    // Pairs that fill the GPU: the fused kernel (measured faster on every such BENCH row). A packed
+    // batch may still hide one long sequence that only a split helps: the device decides, where a
+    // split is possible at all (m >= 3 below, i.e. HV <= SMs / 3).
+    // Short prompts: the fused kernel's one launch and no workspace (the prepared plans cost 3-5
+    // launches, ~10 us of host time, for a walk of at most 32 chunks).
+    const bool short_walk = ceil_div(p.seqlen, kChunk) <= kShortChunks;
+    const bool filled = N * HV >= sm_count;
+    h.kind = filled || short_walk ? FwdPlan::kFused : FwdPlan::kSplit;
+    if (filled && !short_walk && p.cu_seqlens != nullptr && N > 1 && 3 * HV <= sm_count) {
+      h.kind = FwdPlan::kSplit;
+      h.device_decides = true;
+    }
+  }
+  if (h.kind == FwdPlan::kFused || N == 0) {
+    h.kind = FwdPlan::kFused;
+    h.device_decides = false;
+    return h;
+  }
+  // 32-token steps only where walk_tokens asks for them: kAuto keeps 16 until they have been
+  // checked and measured on the H200 (docs/kernel.md, "32-token steps").
+  h.pair = p.walk_tokens == 32 && pair_steps_supported(p);
+  // Sum of ceil(len / 16) over the sequences: at most T / 16 + N packed, B * ceil(T / 16) fixed.
+  // With checkpoints a sequence's grid is shifted by up to 15 tokens (ceil((len + shift) / 16)
+  // chunks): at most one more chunk each, T / 16 + 2N packed. Pairs round every count up to even:
+  // one more chunk each.
+  const int64_t slack = checkpoints ? kChunk - 1 : 0;
+  h.max_chunks = p.cu_seqlens ? p.seqlen / kChunk + (checkpoints || h.pair ? 2 : 1) * N
+                              : N * ceil_div(p.seqlen + slack, kChunk);
+  if (h.pair && !p.cu_seqlens) h.max_chunks = N * even_up(ceil_div(p.seqlen, kChunk));
+  const int64_t longest = ceil_div(p.seqlen + slack, kChunk);  // no sequence has more chunks
+  h.seg_chunks = longest + 1;                                  // no split
+  if (h.kind == FwdPlan::kSplit) {
+    if (p.segment_chunks > 0) {
+      h.seg_chunks = p.segment_chunks;
+    } else {
+      // m segments of one sequence make HV * (2m - 3) CTAs of D rows in pass 1 and HV * (m - 1)
+      // parts in pass 3, run as 2 CTAs of D / 2 rows each: as many as fit one CTA per SM in both
+      // (h4_64k: m = 17, 124 and 128 CTAs). Fewer than 3 segments gain nothing.
+      // Segment 0 is L0 = 3L/4 long (first_segment_chunks: pass 1 runs it with output beside the
+      // other segments' R and P rows, which cost less a chunk), and L the least with L0 + (m - 1) L
+      // >= longest: L0 >= (3L - 1) / 4, so L (4m - 1) >= 4 longest suffices.
+      const int64_t m = std::min<int64_t>((sm_count / HV + 3) / 2, sm_count / (2 * HV) + 1);
+      if (m >= 3) h.seg_chunks = std::max(kMinSegmentChunks, ceil_div(4 * longest, 4 * m - 1));
+    }
+  }
+  h.seg0_chunks = sm90::first_segment_chunks(h.seg_chunks);
+  if (h.pair) {  // segments of whole pairs (L0 <= L still: L even)
+    h.seg_chunks = even_up(h.seg_chunks);
+    h.seg0_chunks = even_up(sm90::first_segment_chunks(h.seg_chunks));
+  }
+  if (h.seg0_chunks + h.seg_chunks < longest) {
+    // Extra segments of a split sequence of c chunks: ceil((c - L0) / L) <= (c + L - 1 - L0) / L,
+    // and at most max_chunks / (L0 + L + 1) sequences are split.
+    const int64_t L = h.seg_chunks, L0 = h.seg0_chunks;
+    h.max_extra = p.cu_seqlens ? (h.max_chunks + (h.max_chunks / (L0 + L + 1)) * std::max<int64_t>(0, L - 1 - L0)) / L
+                               : N * ceil_div(longest - L0, L);
+  }
+  h.slices1 = slices_for((N + 2 * h.max_extra) * HV, sm_count, dim.max_slices);
+  h.prep_chunks = prep_chunks_for(h.max_chunks * HV, int64_t(sm_count) * dim.prep_ctas_per_sm, h.pair ? 2 : 1);
+  h.slices3 = slices_for(std::max<int64_t>(h.max_extra, 1) * HV, sm_count, dim.max_slices);
+
+  // As plan_args() carves it: the device plan flag, begin, len, slot, zero_init, the prefix sums,
+  // then (checkpoints) shift and ck_first, each aligned.
+  const size_t table = align_up(sizeof(int)) + 3 * align_up(N * sizeof(int64_t)) + align_up(N) +
+                       sm90::kSeqTableSums * align_up((N + 1) * sizeof(int64_t)) +
+                       (checkpoints ? align_up(N * sizeof(int32_t)) + align_up(N * sizeof(int64_t)) : 0);
+  h.off_table = 0;
+  h.off_prepared = align_up(table);
+  const int64_t slot_bytes = h.pair ? sm90::KdaPrepared<128>::kPairSlot : dim.prepared_bytes;
+  h.off_segments = h.off_prepared + align_up(size_t(h.max_chunks) * HV * slot_bytes);
+  h.bytes = h.off_segments + 3 * size_t(h.max_extra) * HV * dim.state_bytes + kAlign;  // + base alignment
+  return h;
+}
+
+inline sm90::PlanArgs plan_args(const HostPlan& h, const FwdParams& p) {
+  const int64_t N = num_sequences(p), HV = p.heads_v > 0 ? p.heads_v : p.heads;
+  auto base = reinterpret_cast<unsigned char*>(align_up(reinterpret_cast<uintptr_t>(p.workspace)));
+  sm90::PlanArgs a{};
+  unsigned char* t = base + h.off_table;
+  auto take = [&](size_t bytes) {
+    unsigned char* r = t;
+    t += align_up(bytes);
+    return r;
+  };
+  int* device_plan = reinterpret_cast<int*>(take(sizeof(int)));
+  a.device_plan = h.device_decides ? device_plan : nullptr;
+  a.seq.begin = reinterpret_cast<int64_t*>(take(N * sizeof(int64_t)));
+  a.seq.len = reinterpret_cast<int64_t*>(take(N * sizeof(int64_t)));
+  a.seq.slot = reinterpret_cast<int64_t*>(take(N * sizeof(int64_t)));
+  a.seq.zero_init = take(N);
+  int64_t** sums[sm90::kSeqTableSums] = {&a.seq.chunk_off, &a.seq.prep_off, &a.seq.extra_off,
+                                         &a.seq.p1_off,    &a.seq.p3_off,   &a.seq.split_off};
+  for (int64_t** s : sums) *s = reinterpret_cast<int64_t*>(take((N + 1) * sizeof(int64_t)));
+  a.seq.shift = nullptr;
+  a.seq.ck_first = nullptr;
+  if (p.checkpoint_interval > 0) {
+    a.seq.shift = reinterpret_cast<int32_t*>(take(N * sizeof(int32_t)));
+    a.seq.ck_first = reinterpret_cast<int64_t*>(take(N * sizeof(int64_t)));
+  }
+  a.prepared = base + h.off_prepared;
+  auto* seg = reinterpret_cast<float*>(base + h.off_segments);
+  const size_t per = size_t(h.max_extra) * HV * (dim_sizes(p).state_bytes / 4);
+  a.seg_start = seg, a.seg_r = seg + per, a.seg_p = seg + 2 * per;
+  a.seg_chunks = int(std::min<int64_t>(h.seg_chunks, INT32_MAX));
+  a.seg0_chunks = int(std::min<int64_t>(h.seg0_chunks, INT32_MAX));
+  a.prep_chunks = h.prep_chunks;
+  a.pair = h.pair ? 1 : 0;
+  return a;
+}
+
+// Calls launch(consumer warps) for the CTAs of `slices` sharing one state of kD rows: 16 rows a
+// consumer warp (D = 128: 8, 4, 2, 1 warps; D = 64: 4, 2, 1).
+template <int kD, class Launch>
+auto by_slices(int slices, Launch launch) {
+  switch (slices) {
+    case 1: return launch(std::integral_constant<int, kD / 16>{});
+    case 2: return launch(std::integral_constant<int, kD / 32>{});
+    case 4: return launch(std::integral_constant<int, kD / 64>{});
+    default: return launch(std::integral_constant<int, 1>{});  // 8 (D = 128; D = 64 never has more than 4)
+  }
+}
+
+// The kernels' argument block from validated, normalised parameters (the plan-independent part).
+inline sm90::KdaFwdArgs kernel_args(const FwdParams& p) {
+  const int64_t N = num_sequences(p);
+  const int64_t HV = p.heads_v > 0 ? p.heads_v : p.heads;
+  sm90::KdaFwdArgs a{};
+  copy_activations(a, p);
+  a.initial_state = p.initial_state;
+  a.final_state = p.final_state;
+  a.state_indices = p.state_indices;
+  a.has_initial_state = p.has_initial_state;
+  a.pool_size = p.pool_size;
+  a.seqlen = p.seqlen;
+  a.num_seqs = static_cast<int>(N);
+  a.heads_v = static_cast<int>(HV);
+  a.group = static_cast<int>(HV / p.heads);
+  a.scale = p.scale;
+  a.lower_bound_log2 = p.lower_bound * 1.4426950408889634f;
+  // Gate forms (docs/spec.md): A_log may be null (rate 1, sigmoid gate only); the softplus gate
+  // ignores lower_bound.
+  a.softplus_gate = p.gate == GateForm::kSoftplus;
+  a.beta_scale = p.allow_neg_eigval ? 2.0f : 1.0f;
+  // p is normalised: initial_state_dtype / final_state_dtype are resolved (they may differ: the
+  // state is loaded in one dtype and stored in the other).
+  a.initial_fp32 = p.initial_state_dtype == DType::kF32;
+  a.final_fp32 = p.final_state_dtype == DType::kF32;
+  a.cu_seqlens_i64 = p.cu_seqlens_dtype == DType::kI64;
+  if (p.checkpoint_interval > 0) {  // (docs/spec.md, "Prefix-cache checkpoints")
+    a.checkpoint_interval = p.checkpoint_interval;
+    a.checkpoint_start = p.checkpoint_start;
+    a.checkpoint_start_i64 = p.checkpoint_start_dtype == DType::kI64;
+    a.checkpoint_state = p.checkpoint_state;
+    a.checkpoint_fp32 = p.checkpoint_state_dtype == DType::kF32;
+    a.checkpoint_pool_size = p.checkpoint_pool_size;
+    a.checkpoint_indices = p.checkpoint_indices;
+    a.checkpoint_columns = p.checkpoint_columns;
+    a.checkpoint_stride = p.checkpoint_indices_stride > 0 ? p.checkpoint_indices_stride : p.checkpoint_columns;
+  }
+  return a;
+}
+
+// The prepared plans' kernels in order (plan, [fused: the device decides], preparation, pass 1,
+// chain, pass 3) through `launch`, which provides plan(a, pa), fused<kD>(a, pairs) -> Status,
+// prep<kD>(a, pa, ctas), rec<kD, kConsumerWarps>(a, pa, pass, ctas), chain<kD>(a, pa, ctas) and
+// error(what, e) -> Status (the others return the runtime's error code).
+template <int kD, class Launch>
+Status run_prepared(const HostPlan& h, sm90::KdaFwdArgs& a, const FwdParams& p, int sm_count, Launch& launch) {
+  const int64_t N = num_sequences(p), HV = a.heads_v;
+  sm90::PlanArgs pa = plan_args(h, p);
+  pa.sm_count = sm_count;
+  const int64_t prep_ctas = HV * (h.max_chunks / h.prep_chunks + N);
+  const int64_t p1_ctas = (N + 2 * h.max_extra) * HV * h.slices1;
+  const int64_t p3_ctas = h.max_extra * HV * h.slices3;
+  const int64_t chain_ctas = (h.max_extra / 2) * HV * (kD / sm90::ChainTraits<kD>::kRows);
+  for (int64_t c : {prep_ctas, p1_ctas, p3_ctas, chain_ctas})
+    if (c > INT32_MAX) return {StatusCode::kUnsupported, "q: too many chunks for one launch"};
+  auto e = launch.plan(a, pa);
+  if (e == decltype(e){} && h.device_decides) {
+    a.device_plan = pa.device_plan;
+    const Status st = launch.template fused<kD>(a, N * HV);  // returns at once unless chosen
+    if (!st.ok()) return st;
+  }
+  if (e == decltype(e){} && prep_ctas > 0) e = launch.template prep<kD>(a, pa, prep_ctas);
+  if (e == decltype(e){}) {
+    pa.slices = h.slices1;
+    e = by_slices<kD>(h.slices1, [&](auto nc) { return launch.template rec<kD, decltype(nc)::value>(a, pa, 1, p1_ctas); });
+  }
+  if (e == decltype(e){} && chain_ctas > 0) e = launch.template chain<kD>(a, pa, chain_ctas);
+  if (e == decltype(e){} && p3_ctas > 0) {
+    pa.slices = h.slices3;
+    e = by_slices<kD>(h.slices3, [&](auto nc) { return launch.template rec<kD, decltype(nc)::value>(a, pa, 3, p3_ctas); });
+  }
+  if (e != decltype(e){}) return launch.error("kernel launch", e);
+  return Status::Ok();
+}
+
+// 32-token steps asked for where they cannot run.
+inline Status check_walk_tokens(const FwdParams& p, const HostPlan& h) {
+  if (p.walk_tokens == 32 && h.kind != FwdPlan::kFused && !h.pair)
+    return {StatusCode::kUnsupported,
+            "walk_tokens: 32-token steps need K = V = 128, the sigmoid gate and no checkpoints (use 0 or 16)"};
+  return Status::Ok();
+}
+
+}  // namespace flash_kda::cuda::fwd_plan

@@ -143,12 +143,49 @@ std::vector<EmuCase> emu_cases() {
     cases.push_back({"split" + w + "_L2_varlen", varlen, FwdPlan::kSplit, 2, walk, 132});
     cases.push_back({"prepared" + w + "_gva", gva, FwdPlan::kPrepared, 0, walk, 132});
     cases.push_back({"split" + w + "_L4_bf16_zero_start", bf16, FwdPlan::kSplit, 4, walk, 132});
+    Config forms = varlen;  // A_log absent, beta up to 2
+    forms.has_A_log = false;
+    forms.allow_neg_eigval = true;
+    cases.push_back({"split" + w + "_L4_no_A_log_neg_eigval", forms, FwdPlan::kSplit, 4, walk, 132});
     Config weak = fixed;
     weak.g_offset = -4.0f;  // weak decay: long memory of the collinear keys
     cases.push_back({"split" + w + "_L4_collinear_keys", weak, FwdPlan::kSplit, 4, walk, 132, true});
     cases.push_back({"prepared" + w + "_collinear_keys", weak, FwdPlan::kPrepared, 0, walk, 132, true});
   }
+  // Only 16-token steps: the softplus gate, K = V = 64.
+  Config softplus;
+  softplus.seq_lens = {150, 33};
+  softplus.heads = 1;
+  softplus.heads_v = 2;
+  softplus.gate = GateForm::kSoftplus;
+  cases.push_back({"split16_L2_softplus_gva", softplus, FwdPlan::kSplit, 2, 16, 132});
+  Config d64;
+  d64.seq_lens = {200, 0, 77};
+  d64.head_dim_k = d64.head_dim_v = 64;
+  cases.push_back({"split_L3_d64", d64, FwdPlan::kSplit, 3, 0, 132});
+  cases.push_back({"prepared_d64", d64, FwdPlan::kPrepared, 0, 0, 16});
   return cases;
+}
+
+// 32-token steps where they do not run are refused, naming walk_tokens, before anything runs.
+TEST(EmulatedPreparedArguments, WalkTokens32NeedsTheSigmoidGateAndK128) {
+  std::mt19937_64 rng(fresh_seed());
+  for (int variant = 0; variant < 2; ++variant) {
+    Config cfg;
+    cfg.seqlen = 100;
+    if (variant == 0) cfg.gate = GateForm::kSoftplus;
+    if (variant == 1) cfg.head_dim_k = cfg.head_dim_v = 64;
+    const Problem pb(cfg, rng);
+    Result r = poisoned_result(pb);
+    FwdParams p = params_for(pb, Backend::kCuda, r);
+    p.plan = FwdPlan::kPrepared;
+    p.walk_tokens = 32;
+    std::vector<unsigned char> workspace;
+    const Status s = emulated_fwd(p, 132, workspace);
+    EXPECT_EQ(s.code, StatusCode::kUnsupported) << variant;
+    EXPECT_NE(s.message.find("walk_tokens"), std::string::npos) << s.message;
+    for (uint16_t x : r.out) ASSERT_EQ(x, kPoisonBf16);
+  }
 }
 
 class EmulatedPrepared : public SeededTest, public ::testing::WithParamInterface<EmuCase> {};

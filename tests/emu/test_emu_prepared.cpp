@@ -14,6 +14,7 @@
 #include "api/backends.h"
 #include "cuda/fwd_plan.cuh"
 #include "cuda/sm90/kda_chain.cuh"
+#include "cuda/sm90/kda_fwd_kernel.cuh"
 #include "cuda/sm90/kda_plan_kernels.cuh"
 #include "cuda/sm90/kda_rec.cuh"
 
@@ -24,8 +25,29 @@ using namespace test;
 using cuda::fwd_plan::HostPlan;
 namespace sm90 = cuda::sm90;
 
+// The fused kernel on the emulation (fwd_dispatch.cu's run_fused: the slices that fill `sm_count`).
+template <int kD>
+Status emulated_fused(sm90::KdaFwdArgs& a, int64_t pairs, int sm_count) {
+  const int slices = cuda::fwd_plan::slices_for(pairs, sm_count, kD / 16);
+  a.slices = slices;
+  const int64_t units = pairs * slices;
+  cuda::fwd_plan::by_slices<kD>(slices, [&](auto nc) {
+    using Tr = sm90::KdaFwdTraits<kD, decltype(nc)::value>;
+    emu::launch(unsigned(units), Tr::kThreads, Tr::kSmemBytes, [&] {
+      if (a.softplus_gate) {
+        sm90::kda_fwd_kernel<Tr, true>(a);
+      } else {
+        sm90::kda_fwd_kernel<Tr, false>(a);
+      }
+    });
+    return 0;
+  });
+  return Status::Ok();
+}
+
 // fwd_plan::run_prepared's launcher on the emulation: every kernel runs to completion, CTA by CTA.
 struct EmuLaunch {
+  int sm_count;
   // (the error codes are ints: 0 is success, as cudaSuccess)
   template <class Body>
   int run(int64_t grid, int threads, size_t smem, Body body) {
@@ -36,8 +58,8 @@ struct EmuLaunch {
     return run(1, 1024, 0, [&] { sm90::kda_plan_kernel(a, pa); });
   }
   template <int kD>
-  Status fused(sm90::KdaFwdArgs&, int64_t) {
-    return {StatusCode::kUnsupported, "the emulated forward runs the prepared plans only"};
+  Status fused(sm90::KdaFwdArgs& a, int64_t pairs) {  // (the device decides: it returns unless chosen)
+    return emulated_fused<kD>(a, pairs, sm_count);
   }
   template <int kD>
   int prep(const sm90::KdaFwdArgs& a, const sm90::PlanArgs& pa, int64_t ctas) {
@@ -69,14 +91,16 @@ struct EmuLaunch {
   Status error(const char* what, int e) { return {StatusCode::kCudaError, std::string(what) + " " + std::to_string(e)}; }
 };
 
-// The prepared plans of the CUDA forward on the emulation: validated and normalised as fwd() does,
-// planned for `sm_count` SMs (small counts split short sequences into many segments).
+// The CUDA forward on the emulation: validated and normalised as fwd() does, planned for
+// `sm_count` SMs (small counts split short sequences into many segments and fill the GPU with few
+// pairs).
 Status emulated_fwd(FwdParams p, int sm_count, std::vector<unsigned char>& workspace) {
   p.backend = Backend::kCuda;
   normalise(p);
   const HostPlan h = cuda::fwd_plan::make_plan(p, sm_count);
-  if (h.kind == FwdPlan::kFused) return {StatusCode::kUnsupported, "fused plan"};
-  workspace.assign(h.bytes, 0xff);  // poisoned: every byte a kernel reads must have been written
+  // Poisoned: a kernel may read only what another wrote. (check() sizes it for the current device,
+  // 132 SMs without one; the emulated plan's size for sm_count may differ.)
+  workspace.assign(std::max(h.kind == FwdPlan::kFused ? size_t(0) : h.bytes, workspace_size(p)), 0xff);
   p.workspace = workspace.data();
   p.workspace_bytes = workspace.size();
   HostIndices idx;
@@ -85,8 +109,11 @@ Status emulated_fwd(FwdParams p, int sm_count, std::vector<unsigned char>& works
   s = cuda::fwd_plan::check_walk_tokens(p, h);
   if (!s.ok()) return s;
   sm90::KdaFwdArgs a = cuda::fwd_plan::kernel_args(p);
-  EmuLaunch launch;
+  EmuLaunch launch{sm_count};
+  const int64_t pairs = num_sequences(p) * a.heads_v;
   try {
+    if (h.kind == FwdPlan::kFused)
+      return p.head_dim_k == 64 ? emulated_fused<64>(a, pairs, sm_count) : emulated_fused<128>(a, pairs, sm_count);
     if (p.head_dim_k == 64) return cuda::fwd_plan::run_prepared<64>(h, a, p, sm_count, launch);
     return cuda::fwd_plan::run_prepared<128>(h, a, p, sm_count, launch);
   } catch (const std::exception& e) {
@@ -164,6 +191,20 @@ std::vector<EmuCase> emu_cases() {
   d64.head_dim_k = d64.head_dim_v = 64;
   cases.push_back({"split_L3_d64", d64, FwdPlan::kSplit, 3, 0, 132});
   cases.push_back({"prepared_d64", d64, FwdPlan::kPrepared, 0, 0, 16});
+  // The fused kernel, and the plan the device decides (a packed batch that fills 8 SMs: the plan
+  // kernel picks the fused kernel or the split plan from the lengths, both are launched).
+  Config fused = varlen;
+  cases.push_back({"fused_varlen", fused, FwdPlan::kFused, 0, 0, 132});
+  cases.push_back({"fused_softplus_gva", softplus, FwdPlan::kFused, 0, 0, 132});
+  cases.push_back({"fused_d64", d64, FwdPlan::kFused, 0, 0, 132});
+  // (8 sequences x 1 head fill 8 SMs; more than 32 chunks in all; one sequence longer than 4x the
+  // balanced load per SM makes the split plan run)
+  Config decides = varlen;
+  decides.heads = 1;
+  decides.seq_lens = {1200, 40, 33, 48, 20, 30, 25, 35};
+  cases.push_back({"auto_device_decides_split", decides, FwdPlan::kAuto, 0, 0, 8});
+  decides.seq_lens = {100, 90, 80, 110, 95, 85, 105, 70};
+  cases.push_back({"auto_device_decides_fused", decides, FwdPlan::kAuto, 0, 0, 8});
   return cases;
 }
 

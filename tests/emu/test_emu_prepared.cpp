@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "../cpp/test_util.h"
 #include "api/backends.h"
@@ -228,6 +230,60 @@ TEST(EmulatedPreparedArguments, WalkTokens32NeedsTheSigmoidGateAndK128) {
     for (uint16_t x : r.out) ASSERT_EQ(x, kPoisonBf16);
   }
 }
+
+// Prefix-cache checkpoints (the recurrence kernel's instantiation with them, shifted chunk grids):
+// the checkpoint pool against the reference backend's, slot by slot; slots no boundary names keep
+// their poison byte for byte.
+class EmulatedCheckpoints : public SeededTest, public ::testing::WithParamInterface<int64_t> {};
+
+TEST_P(EmulatedCheckpoints, MatchTheReferenceBackend) {
+  Config cfg;
+  cfg.seq_lens = {200, 0, 77, 130};
+  cfg.heads = 2;
+  const Problem pb(cfg, rng_);
+  const int64_t columns = 4, slots = 4 * columns + 2, per_slot = pb.HV * pb.V * pb.K;
+  std::vector<int32_t> indices(size_t(pb.N * columns));
+  for (size_t i = 0; i < indices.size(); ++i) indices[i] = i % 5 == 3 ? -1 : int32_t(slots - 1 - i);
+  const std::vector<int64_t> starts = {5, 0, 16, 33};  // shifted grids (5 and 33 are not multiples of 16)
+  auto call = [&](Backend backend, Result& r, std::vector<float>& pool, std::vector<unsigned char>* ws) {
+    pool.assign(size_t(slots * per_slot), poison_f32());
+    FwdParams p = params_for(pb, backend, r);
+    p.checkpoint_interval = 32;
+    p.checkpoint_state = pool.data();
+    p.checkpoint_state_dtype = DType::kF32;
+    p.checkpoint_pool_size = slots;
+    p.checkpoint_indices = indices.data();
+    p.checkpoint_columns = columns;
+    p.checkpoint_start = starts.data();
+    p.checkpoint_start_dtype = DType::kI64;
+    p.plan = FwdPlan::kSplit;
+    p.segment_chunks = GetParam();
+    return ws ? emulated_fwd(p, 132, *ws) : fwd(p);
+  };
+  Result ref = poisoned_result(pb), r = poisoned_result(pb);
+  std::vector<float> pool_ref, pool;
+  std::vector<unsigned char> ws;
+  ASSERT_TRUE(call(Backend::kCpuReference, ref, pool_ref, nullptr).ok());
+  const Status s = call(Backend::kCuda, r, pool, &ws);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_LE(rel_error(r.out_double(), ref.out_double()), 2e-3);
+  int written = 0;
+  for (int64_t slot = 0; slot < slots; ++slot) {
+    const float* a = pool.data() + slot * per_slot;
+    const float* b = pool_ref.data() + slot * per_slot;
+    if (std::all_of(b, b + per_slot, [](float x) { return std::isnan(x); })) {  // the reference left it
+      EXPECT_EQ(std::memcmp(a, b, size_t(per_slot) * 4), 0) << "slot " << slot << " written, no boundary names it";
+      continue;
+    }
+    ++written;
+    const std::vector<double> x(a, a + per_slot), y(b, b + per_slot);
+    EXPECT_LE(rel_error(x, y), 1e-3) << "slot " << slot;
+  }
+  std::printf("  segment_chunks %lld: %d checkpoint slots written\n", (long long)GetParam(), written);
+  EXPECT_GT(written, 6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Emulation, EmulatedCheckpoints, ::testing::Values(int64_t(0), int64_t(3)));
 
 class EmulatedPrepared : public SeededTest, public ::testing::WithParamInterface<EmuCase> {};
 

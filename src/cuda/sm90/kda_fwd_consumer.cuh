@@ -567,16 +567,10 @@ struct PairMath {
     return __all_sync(0xffffffffu, isfinite(sum));
   }
 
-  // S <- S Diag(gamma_a gamma_b) (slot a's gamma is the pair's decay)
+  // S <- S Diag(gamma_a gamma_b): slot a's gamma is the pair's decay, where ChunkMath reads a
+  // chunk's
   __device__ void decay(const Stage& st, float (&S)[kTiles][4]) const {
-#pragma unroll
-    for (int i = 0; i < kTiles / 2; ++i) {
-      const float4 gm = View::gamma4(st, i, t4);
-      float(&s0)[4] = S[2 * i];
-      float(&s1)[4] = S[2 * i + 1];
-      s0[0] *= gm.x, s0[1] *= gm.y, s0[2] *= gm.x, s0[3] *= gm.y;
-      s1[0] *= gm.z, s1[1] *= gm.w, s1[2] *= gm.z, s1[3] *= gm.w;
-    }
+    ChunkMath<Tr, View>{cwarp, lane, g, t4, has_v, scale}.decay(st, S);
   }
 
   __device__ void update_tf32(const Stage& st, float (&S)[kTiles][4], const float (&ua)[NT][4]) const {

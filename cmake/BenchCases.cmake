@@ -1,6 +1,7 @@
 # flash_kda_bench_cases_header(JSON_FILE OUT_FILE): writes the C++ header of the benchmark's prefill
-# cases (the macro FLASH_KDA_BENCH_CASES, read by tools/kda_gpu_check.cu's bench_cases()) from their
-# one source, python/flash_kda/bench/cases.json, which python/flash_kda/bench/cases.py reads too.
+# cases (the macro FLASH_KDA_BENCH_CASES, read by tests/gpu/cuda_common.cuh's bench_cases(), which
+# bench/cpp/kda_bench.cu and the GPU tests use) from their one source,
+# python/flash_kda/bench/cases.json, which python/flash_kda/bench/cases.py reads too.
 # Every group of the file ("prefill", "serving", "tool_only"), in the file's order. The file is
 # checked as it is read: an unknown field, a bad name, a case with both lens and B/T or with neither,
 # a length that is not a positive integer stops the configure step with the case named.

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The GPU checks of the CUDA forward, for anyone with an H200 (sm_90). In order:
-#   1. correctness against the float64 reference and the fp32 GPU recurrence (kda_gpu_check check;
-#      forward under every plan, and decode);
-#   2. compute-sanitizer memcheck and racecheck on small varlen forward and decode cases;
-#   3. the prefill and decode benchmarks from C++ (kda_gpu_check bench, bench-decode:
+#   1. correctness against the float64 reference and the fp32 GPU recurrence: the GPU tests of
+#      tests/gpu (ctest -L gpu: forward under every plan of PLANS, checkpoints, prefill on pools,
+#      decode, context parallelism; one log a test);
+#   2. compute-sanitizer memcheck and racecheck on small varlen forward and decode cases
+#      (tests/gpu/test_cuda_sanitize, plans SANITIZE_PLANS);
+#   3. the prefill and decode benchmarks from C++ (bench/cpp/kda_bench prefill, decode:
 #      median, copy floor in the run);
 #   4. if Python with torch is present: pip install . (no build isolation: works offline), the
 #      Python benchmark (python -m flash_kda.bench speed: results in OUTDIR/bench_py/) with fla's
@@ -12,33 +14,39 @@
 #      without network access, put its wheel files (and those of its dependencies) into .whl/ at the
 #      root of the checkout: they are installed into /tmp/site, which is put on PYTHONPATH.
 # Usage: bash scripts/gpu_check.sh [build-dir] [out-dir]        (FLA_CASES="fixed96 fixed32" by default)
-# The build folder is configured and built here if it holds no kda_gpu_check yet.
+# The build folder is configured and built here (the GPU tests and kda_bench: needs GoogleTest).
+# PLANS (the forward plans of step 1) defaults to the tests' own list (tests/gpu/harness.cuh),
+# SANITIZE_PLANS to auto,fused,split:3.
 set -uo pipefail
 BUILD=${1:-build-cuda}
 OUTDIR=${2:-${OUT:-/tmp/flash_kda_gpu}}
 mkdir -p "$OUTDIR"
 export PYTHONUNBUFFERED=1
-TOOL=$BUILD/tools/kda_gpu_check
-if [[ ! -x $TOOL ]]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASH_KDA_BUILD_TESTS=OFF >/dev/null &&
-    cmake --build "$BUILD" -j"$(nproc)" --target kda_gpu_check || exit 1
-fi
+GPU_TESTS=(test_cuda_forward test_cuda_checkpoints test_cuda_prefill_pool test_cuda_decode
+           test_cuda_context_parallel)
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null &&
+  cmake --build "$BUILD" -j"$(nproc)" --target kda_bench "${GPU_TESTS[@]}" test_cuda_sanitize || exit 1
+BENCH=$BUILD/bench/cpp/kda_bench
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 status=0
-# Every forward plan the planner can choose, forced (docs/kernel.md, "Plans"); split:1 and split:4
-# cut even the short edge cases into many segments.
-PLANS=${PLANS:-auto,fused,prepared,split:1,split:4}
-echo "== check ($PLANS)"; "$TOOL" check --plans "$PLANS" >"$OUTDIR/check.log" 2>&1 || status=1
-grep -E "FAIL|PASSED|FAILED" "$OUTDIR/check.log"
+# Every forward plan the planner can choose, forced (docs/kernel.md, "Plans"): the tests' default
+# unless PLANS is set.
+[[ -n ${PLANS:-} ]] && export FLASH_KDA_GPU_PLANS=$PLANS
+echo "== GPU tests (plans: ${FLASH_KDA_GPU_PLANS:-default})"
+for t in "${GPU_TESTS[@]}"; do
+  "$BUILD/tests/gpu/$t" >"$OUTDIR/$t.log" 2>&1 || status=1
+  grep -E "FAIL|^\[  PASSED |exit 77" "$OUTDIR/$t.log" | sed "s|^|$t: |"
+done
 for tool in memcheck racecheck; do
   echo "== compute-sanitizer $tool"
-  compute-sanitizer --tool "$tool" --error-exitcode 3 "$TOOL" sanitize --plans auto,fused,split:3 \
-    >"$OUTDIR/sanitize_$tool.log" 2>&1 || status=1
-  tail -n 1 "$OUTDIR/sanitize_$tool.log"
+  FLASH_KDA_GPU_PLANS=${SANITIZE_PLANS:-auto,fused,split:3} compute-sanitizer --tool "$tool" --error-exitcode 3 \
+    "$BUILD/tests/gpu/test_cuda_sanitize" >"$OUTDIR/sanitize_$tool.log" 2>&1 || status=1
+  grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) |exit 77" "$OUTDIR/sanitize_$tool.log"
 done
-echo "== bench (C++)"; "$TOOL" bench --reps "${REPS:-30}" --json "$OUTDIR/bench_cpp.json" 2>&1 | grep -v seed || status=1
+echo "== bench (C++)"
+"$BENCH" prefill --reps "${REPS:-30}" --json "$OUTDIR/bench_cpp.json" 2>&1 | grep -v seed || status=1
 echo "== bench-decode (C++)"
-"$TOOL" bench-decode --reps "${REPS:-30}" --json "$OUTDIR/bench_decode.json" 2>&1 | grep -v seed || status=1
+"$BENCH" decode --reps "${REPS:-30}" --json "$OUTDIR/bench_decode.json" 2>&1 | grep -v seed || status=1
 if python3 -c "import torch" 2>/dev/null; then
   if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site

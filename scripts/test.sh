@@ -2,14 +2,15 @@
 # The test command of the README and of CI. On a fresh machine it installs what the tests need
 # (GoogleTest from Debian when run as root, Python packages from PyPI, torch included), then:
 #   1. configures and builds the C++ library, the CUDA kernels for sm_90a (compile only where no
-#      GPU is present), the GPU check tool, the GoogleTest suite and examples/; runs ctest (the
-#      example program included);
+#      GPU is present), the GoogleTest suite (the GPU tests of tests/gpu included), the C++
+#      benchmark (bench/cpp) and examples/; runs ctest (the example program included);
 #   2. rebuilds the CPU code, tests and examples with ASan/UBSan and runs ctest again;
 #   3. installs the Python package (pip install .) and runs pytest; its test_quickstart.py runs
 #      docs/quickstart-cpp.md as written in a copy of the repository: configure, build, ctest,
 #      cmake --install, then a consumer project and examples/ built against the installed package
 #      with find_package(flash_kda), and run.
-# GPU tests (tools/kda_gpu_check, scripts/gpu_check.sh) need an H200 and are not run here.
+# GPU tests (ctest label gpu: tests/gpu; scripts/gpu_check.sh) need an H200: without a CUDA device
+# ctest reports them skipped (exit 77).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=$(nproc)

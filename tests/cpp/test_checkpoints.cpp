@@ -539,9 +539,9 @@ TEST(CheckpointPool, FreeSlotsOfTheStatePoolAreAccepted) {
   EXPECT_TRUE(s.ok()) << s.message;
 }
 
-// The CUDA backend writes checkpoints too (its results are checked on a GPU by tools/kda_gpu_check,
-// mode check-ckpt); the arguments are validated before anything is launched, as on the host
-// backends (no GPU needed: the interval is checked first).
+// The CUDA backend writes checkpoints too (its results are checked on a GPU by
+// tests/gpu/test_cuda_checkpoints.cu); the arguments are validated before anything is launched, as
+// on the host backends (no GPU needed: the interval is checked first).
 TEST(CheckpointPool, CudaBackendValidatesArguments) {
   std::mt19937_64 rng(fresh_seed());
   CheckpointCall c(rng, Backend::kCuda);

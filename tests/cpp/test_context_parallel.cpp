@@ -239,7 +239,7 @@ INSTANTIATE_TEST_SUITE_P(CpuBackends, ContextParallel, ::testing::Values(Backend
                          [](const auto& info) { return info.param == Backend::kCpu ? "cpu" : "reference"; });
 
 // A CUDA call without a device fails before writing (with a GPU the CUDA path is checked by
-// tools/kda_gpu_check, not here: these buffers are host memory).
+// tests/gpu/test_cuda_context_parallel.cu, not here: these buffers are host memory).
 TEST(ContextParallelCuda, FailsCleanlyWithoutADevice) {
   if (cuda_available()) GTEST_SKIP() << "a GPU is present";
   std::mt19937_64 rng(fresh_seed());

@@ -430,7 +430,7 @@ TEST_F(GateFormErrors, DecodeSoftplusNeedsALog) {
 // Every form is the CUDA backend's (docs/spec.md, "Gate forms"): the forward and the decode take a
 // null A_log, the softplus gate and allow_neg_eigval. src/api lets them through: on a machine
 // without a usable GPU the call reaches the backend and gets its "backend:" error, not one naming
-// the form. (On an sm_90 GPU tools/kda_gpu_check runs the forms against the float64 reference; these
+// the form. (On an sm_90 GPU tests/gpu/test_cuda_forward.cu runs the forms against the float64 reference; these
 // host buffers are not handed to a GPU, so the calls are skipped there.)
 TEST_F(GateFormErrors, CudaTakesEveryForm) {
   const Problem pb(Config{}, rng_);

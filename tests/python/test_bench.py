@@ -210,8 +210,9 @@ HEADER_ENTRY = re.compile(r'^  \{"(\w+)", "(\w+)", \{([\d, ]*)\}, (\d+), (\d+), 
 
 
 def test_tool_header_holds_the_same_cases(tmp_path):
-    """tools/kda_gpu_check.cu's bench cases are the header CMake generates from the same file: every
-    case of every group, in order, with its shape and gate."""
+    """The C++ benchmark's and GPU tests' cases (tests/gpu/cuda_common.cuh, bench_cases()) are the
+    header CMake generates from the same file: every case of every group, in order, with its shape
+    and gate."""
     if subprocess.run(["cmake", "--version"], capture_output=True).returncode != 0:
         pytest.skip("cmake is not installed")
     path = os.path.join(os.path.dirname(cases.__file__), cases.CASES_FILE)
@@ -238,20 +239,27 @@ def test_tool_header_holds_the_same_cases(tmp_path):
 
 
 def test_tool_checks_name_cases_of_the_file():
-    """The cases `kda_gpu_check check` runs against the fp32 GPU recurrence, by name, are cases of
-    the file or of the tool's own K = V = 64 cases, which bench_cases() appends to the file's (a
-    renamed case would otherwise drop out of the check silently)."""
-    with open(os.path.join(ROOT, "tools", "kda_gpu_check.cu")) as f:
+    """The cases the GPU forward test (tests/gpu/test_cuda_forward.cu) runs against the fp32 GPU
+    recurrence, by name, are cases of the file or of the C++ benchmark's own K = V = 64 cases, which
+    bench_cases() (tests/gpu/cuda_common.cuh) appends to the file's (a renamed case would otherwise
+    drop out of the check silently)."""
+    with open(os.path.join(ROOT, "tests", "gpu", "test_cuda_forward.cu")) as f:
         source = f.read()
+    with open(os.path.join(ROOT, "tests", "gpu", "cuda_common.cuh")) as f:
+        common = f.read()
     checked = re.search(r"const char\* const checked\[\] = \{([^}]*)\}", source).group(1)
     forms = re.search(r"const FormRun forms\[\] = \{(.*?)\};", source, re.S).group(1)
     names = re.findall(r'"(\w+)"', checked) + re.findall(r'\{"(\w+)",', forms)
     assert len(names) > 8
-    tool_cases = set(re.findall(r'c\.push_back\(\{"(\w+)", "tool_only",', source))
+    tool_cases = set(re.findall(r'c\.push_back\(\{"(\w+)", "tool_only",', common))
     assert {"fixed96_d64", "fixed16_d64"} <= tool_cases
     file_cases = {n for suite in cases.load_cases().values() for n in suite}
     assert not tool_cases & file_cases, "a tool case with the name of a case of the file"
     assert set(names) <= file_cases | tool_cases, set(names) - file_cases - tool_cases
+    # the C++ benchmark times the same list
+    with open(os.path.join(ROOT, "bench", "cpp", "kda_bench.cu")) as f:
+        bench = f.read()
+    assert '#include "cuda_common.cuh"' in bench and "bench_cases()" in bench
 
 
 def test_cli_errors(tmp_path, capsys):

@@ -82,7 +82,7 @@ def test_quickstart_runs_as_written(tmp_path):
 
 
 def test_inside_another_project_no_googletest_is_needed(tmp_path):
-    """add_subdirectory(flash-kda) builds the library alone: tests, tools and examples default to
+    """add_subdirectory(flash-kda) builds the library alone: tests, the benchmark and examples default to
     OFF, so a consumer without GoogleTest configures."""
     if shutil.which("cmake") is None:
         pytest.skip("cmake is not installed")
@@ -91,7 +91,7 @@ def test_inside_another_project_no_googletest_is_needed(tmp_path):
     r = cmake_configure(consumer, tmp_path / "build", "-DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON")
     assert r.returncode == 0, r.stdout + r.stderr
     cache = (tmp_path / "build" / "CMakeCache.txt").read_text()
-    for option in ("FLASH_KDA_BUILD_TESTS", "FLASH_KDA_BUILD_TOOLS", "FLASH_KDA_BUILD_EXAMPLES"):
+    for option in ("FLASH_KDA_BUILD_TESTS", "FLASH_KDA_BUILD_BENCH", "FLASH_KDA_BUILD_EXAMPLES"):
         assert re.search(rf"^{option}:BOOL=OFF$", cache, re.M), option
 
 

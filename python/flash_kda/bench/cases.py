@@ -1,12 +1,12 @@
 """The benchmark's problems: the prefill suite on CUDA (the prefill cases and the serving shapes,
-read from the data file cases.json beside this module, which tools/kda_gpu_check.cu's benchmark
-reads too), a smaller suite for the CPU backend, custom shapes from the command line, and the
+read from the data file cases.json beside this module, which the C++ benchmark
+bench/cpp/kda_bench.cu reads too), a smaller suite for the CPU backend, custom shapes from the command line, and the
 accuracy suite.
 
 A case is a plain dict: ``name``, ``H`` (= HV), and either ``lens`` (a packed varlen batch: B = 1,
 T = sum(lens), cu_seqlens) or ``B`` and ``T`` (a fixed batch of B sequences of T tokens); suite
 cases may also carry targets (``goal_ratio``, ``goal_ms``) and published times (``published``).
-K = V = 128 throughout (kda_gpu_check adds K = V = 64 cases of its own: fixed96_d64, fixed16_d64).
+K = V = 128 throughout (kda_bench adds K = V = 64 cases of its own: fixed96_d64, fixed16_d64).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ SCALE = K ** -0.5  # scale of every benchmark call
 LOWER_BOUND = -5.0  # the safe gate's floor of every benchmark call
 
 # The prefill suite on CUDA: the one list of cases, in the data file cases.json beside this module
-# (shipped with the package; tools/kda_gpu_check.cu's `bench` reads the same file, through a header
+# (shipped with the package; bench/cpp/kda_bench.cu's `prefill` reads the same file, through a header
 # CMake generates from it: cmake/BenchCases.cmake). Read by the speed suite, its report and plots,
 # and the command line (--cases NAME, or a group: prefill, serving, gpu). Grouped by H, largest
 # first, so that fla autotunes once per H. Beside the shape, each case may carry the project's
@@ -98,7 +98,7 @@ PREFILL_CASES = _FILE_CASES["prefill"]
 # Serving shapes: the heads one GPU holds under tensor parallelism, long prompts, packed batches
 # that one long prompt dominates (cases.json, "serving_about").
 SERVING_CASES = _FILE_CASES["serving"]
-# Timed by kda_gpu_check bench alone (the softplus gate's cost on a few shapes); not part of the
+# Timed by kda_bench prefill alone (the softplus gate's cost on a few shapes); not part of the
 # Python suite, which times the safe gate (lower_bound = LOWER_BOUND).
 TOOL_ONLY_CASES = _FILE_CASES["tool_only"]
 

@@ -1,14 +1,14 @@
 // A plain fp32 per-token recurrence on the GPU, written straight from the contract's equations
 // (every gate form of docs/spec.md, "Gate forms").
-// It stands in for the float64 reference on cases too large for the CPU; kda_gpu_check first shows
-// that it agrees with the float64 reference on small cases.
+// It stands in for the float64 reference on cases too large for the CPU; tests/gpu/test_cuda_forward.cu
+// first shows that it agrees with the float64 reference on small cases.
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include "flash_kda/flash_kda.h"
 
-namespace flash_kda::tools {
+namespace flash_kda::gpu_test {
 
 struct RecurrenceArgs {
   const __nv_bfloat16 *q, *k, *v, *g, *beta;
@@ -88,4 +88,4 @@ inline void launch_recurrence(const RecurrenceArgs& a, int dim, unsigned blocks)
   }
 }
 
-}  // namespace flash_kda::tools
+}  // namespace flash_kda::gpu_test

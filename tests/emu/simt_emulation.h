@@ -59,8 +59,16 @@ struct Rendezvous {
   uint64_t gen = 0;
   int arrived = 0;
   int op = 0;
+  unsigned mask = 0;  // the lanes taking part (from the first to arrive)
   alignas(16) unsigned char in[32][64];
   alignas(16) unsigned char out[32][64];
+};
+
+// A warp's collectives in progress: lanes of disjoint masks can wait in different ones at once
+// (__syncwarp(0xffff) by lanes 0-15 while lanes 16-31 wait in a full-mask one), one slot each.
+struct WarpRendezvous {
+  static constexpr int kSlots = 4;
+  Rendezvous slot[kSlots];
 };
 
 struct NamedBarrier {
@@ -80,7 +88,7 @@ struct Cta {
   std::vector<Fiber> fibers;
   ucontext_t scheduler;
   int cur = -1;
-  std::vector<Rendezvous> warps;
+  std::vector<WarpRendezvous> warps;
   NamedBarrier bars[16];
   std::map<const void*, MBarrier> mbarriers;
   std::vector<unsigned char> smem;
@@ -105,36 +113,55 @@ inline unsigned char* dynamic_smem() { return g_cta->smem.data(); }
 
 inline void yield() { swapcontext(&g_cta->fibers[g_cta->cur].ctx, &g_cta->scheduler); }
 
-inline int live_lanes(int warp) {
+// The lanes of `mask` in `warp` that have not exited.
+inline int live_lanes(int warp, unsigned mask = 0xffffffffu) {
   int n = 0;
   for (int l = 0; l < 32; ++l) {
     const int t = 32 * warp + l;
-    if (t < g_cta->threads && !g_cta->fibers[t].done) ++n;
+    if ((mask >> l & 1u) && t < g_cta->threads && !g_cta->fibers[t].done) ++n;
   }
   return n;
 }
 
-// One warp collective: every live lane of the warp contributes `in`; the last to arrive runs
-// `compute(ins, outs)` over the 32 slots (those of lanes that have exited hold stale bytes).
+// One warp collective: every live lane of `mask` contributes `in`; the last to arrive runs
+// `compute(ins, outs)` over the 32 slots (those of lanes that have exited or are outside the mask
+// hold stale bytes).
 template <class Out, class In, class F>
-Out warp_collective(int op, const In& in, F compute) {
+Out warp_collective(int op, const In& in, F compute, unsigned mask = 0xffffffffu) {
   static_assert(sizeof(In) <= 64 && sizeof(Out) <= 64, "collective operands fit a slot");
   Cta& c = *g_cta;
   const int warp = c.cur / 32, lane = c.cur % 32;
-  Rendezvous& r = c.warps[warp];
-  if (r.arrived == 0) {
-    r.op = op;
-  } else if (r.op != op) {
-    fail("lanes of a warp reached different collectives (" + std::to_string(r.op) + " vs " + std::to_string(op) + ")");
+  if (!(mask >> lane & 1u)) fail("a lane reached a warp collective whose mask leaves it out");
+  // The collective of this lane's mask in progress, else a free slot. One of another mask that
+  // includes this lane may be pending (the lane joins it later); one of the same mask and another op
+  // is a mismatch.
+  Rendezvous* rp = nullptr;
+  for (Rendezvous& s : c.warps[warp].slot) {
+    if (s.arrived == 0 || s.mask != mask) continue;
+    if (s.op != op)
+      fail("lanes of a warp reached different collectives (" + std::to_string(s.op) + " vs " + std::to_string(op) + ")");
+    rp = &s;
   }
+  if (rp == nullptr) {
+    for (Rendezvous& s : c.warps[warp].slot)
+      if (s.arrived == 0) {
+        rp = &s;
+        break;
+      }
+    if (rp == nullptr) fail("more warp collectives in progress at once than the emulation has slots");
+    rp->op = op;
+    rp->mask = mask;
+  }
+  Rendezvous& r = *rp;
   std::memcpy(r.in[lane], &in, sizeof(In));
   const uint64_t gen = r.gen;
-  if (++r.arrived == live_lanes(warp)) {
+  if (++r.arrived == live_lanes(warp, mask)) {
     In ins[32];
     Out outs[32];
     for (int l = 0; l < 32; ++l) std::memcpy(&ins[l], r.in[l], sizeof(In));
     compute(ins, outs);
-    for (int l = 0; l < 32; ++l) std::memcpy(r.out[l], &outs[l], sizeof(Out));
+    for (int l = 0; l < 32; ++l)  // (only the lanes taking part: others may not have read their last result yet)
+      if (mask >> l & 1u) std::memcpy(r.out[l], &outs[l], sizeof(Out));
     r.arrived = 0;
     ++r.gen;
     ++c.progress;
@@ -150,8 +177,8 @@ enum Op { kSyncWarp = 1, kShflXor, kShflUp, kBallot, kAll, kMmaF16, kMmaTf32, kL
 
 struct Empty {};
 
-inline void syncwarp() {
-  warp_collective<Empty>(kSyncWarp, Empty{}, [](const Empty*, Empty*) {});
+inline void syncwarp(unsigned mask) {
+  warp_collective<Empty>(kSyncWarp, Empty{}, [](const Empty*, Empty*) {}, mask);
 }
 
 template <class T>
@@ -351,9 +378,9 @@ inline void launch(unsigned grid, int threads, size_t smem_bytes, const std::fun
         ++cta.progress;
         // A warp waiting in a collective for this lane completes without it.
         const int warp = cta.cur / 32;
-        Rendezvous& r = cta.warps[warp];
-        if (r.arrived > 0 && r.arrived == live_lanes(warp) && g_failure.empty())
-          g_failure = "a lane exited while its warp waited in a collective";
+        for (const Rendezvous& r : cta.warps[warp].slot)
+          if (r.arrived > 0 && r.arrived == live_lanes(warp, r.mask) && g_failure.empty())
+            g_failure = "a lane exited while its warp waited in a collective";
       }, 0);
     }
     for (;;) {
@@ -390,7 +417,7 @@ inline void launch(unsigned grid, int threads, size_t smem_bytes, const std::fun
 #define blockDim (::flash_kda::emu::block_dim())
 #define gridDim (::flash_kda::emu::grid_dim())
 
-inline void __syncwarp(unsigned = 0xffffffffu) { flash_kda::emu::syncwarp(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { flash_kda::emu::syncwarp(mask); }
 inline void __syncthreads() { flash_kda::emu::named_barrier(0, flash_kda::emu::g_cta->threads, true); }
 template <class T>
 inline T __shfl_xor_sync(unsigned, T v, int mask) {

@@ -450,6 +450,7 @@ struct KdaProducer {
       for (int t = s + 1; t < C; ++t) acc[t] = fmaf(l_row[t], x[s], acc[t]);
     }
     const float beta_j = grp.beta[j];
+    __syncwarp(0x0000ffffu);  // every lane has read L^T (a pair's sink stores -T over it)
 #pragma unroll
     for (int t = 0; t < C; ++t) sink.neg_t(t, j, -x[t] * beta_j);
   }

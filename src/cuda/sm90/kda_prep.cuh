@@ -79,6 +79,15 @@ struct WorkspaceSink {
 // and s of a, 2^{G_t - G_s} = 2^{G^b_t} 2^{G^a_last - G^a_s}, so A[b][a] = k_tilde_b k_dec_a^T and
 // M[b][a] = q_tilde_b k_dec_a^T over the channels, every factor at most 1 (fp16 operands, fp32
 // accumulation). pair_epilogue() then forms (-T)[b][a] = (-T_b) A[b][a] (-T_a).
+// Where chunk a's -T waits for the pair's epilogue: element (t, s) in the 16 floats of padding
+// that end row t % 8 of the k_tilde (t < 8) or q_tilde tile, which no product reads and no sink
+// writes.
+template <int kD>
+__device__ __forceinline__ float* neg_t_a_home(typename KdaPrepTraits<kD>::Tiles& tl, int t, int s) {
+  static_assert(KdaPrepTraits<kD>::kPitchKI - 2 * kD == kChunkTokens, "a row's padding holds one row of -T");
+  return &(t < 8 ? tl.k_tilde : tl.q_tilde)[t & 7][2 * kD + s];
+}
+
 template <int kD>
 struct PairSink {
   static_assert(kD == 128, "32-token steps are built for K = V = 128");
@@ -88,6 +97,7 @@ struct PairSink {
   WorkspaceSink<kD> ws;          // this chunk's slot
   unsigned char* slot_a;         // the pair's slot a (with second: the other slot)
   typename Tr::PairStash& stash;
+  float (*l_t)[C];               // the group's L^T tile
   float& gamma_a;                // this thread's channel: a's decay, carried from a to b
   float scale;
   bool second;
@@ -124,7 +134,13 @@ struct PairSink {
   }
   __device__ void neg_v(int, const float (&)[C]) const {}
   __device__ void m(int t, int s, float x) const { ws.m(t, s, x); }
-  __device__ void neg_t(int t, int s, float x) const { ws.neg_t(t, s, x); }
+  // -T also stays in shared memory for pair_epilogue(), as rounded for the workspace: chunk a's in
+  // the row padding of the tiles (which chunk b's tiles() does not write), chunk b's over L^T (the
+  // inverse has read all of it: inverse() synchronises its lanes before the stores).
+  __device__ void neg_t(int t, int s, float x) const {
+    ws.neg_t(t, s, x);
+    *(second ? &l_t[t][s] : neg_t_a_home<kD>(ws.tl, t, s)) = ptx::round_tf32(x);
+  }
 
   // Warp 1 in chunk b's P3 (lane = ptid % 32): M[b][a] into slot b's cross block, A[b][a] (fp32,
   // [t][s]) over the stash once the warp has read it.
@@ -182,31 +198,30 @@ __device__ __forceinline__ unsigned char* prepared_chunk(const PlanArgs& p, int 
 // After a pair's chunk b (the group synchronised): (-T)[b][a] = (-T_b) A[b][a] (-T_a) into slot a's
 // cross block, from T = (I + diag(beta) A)^{-1} diag(beta) by blocks: T[b][a] = -T_b A[b][a] T_a.
 // Y = A[b][a] (-T_a) first (thread: row t = ptid / 8, columns 2 (ptid % 8), +1), kept in the
-// group's k_bar tile (free until the next chunk's tiles()); -T_a and -T_b are read back from the
-// workspace, where this CTA wrote them.
+// group's k_bar tile (free until the next chunk's tiles()). Every operand is in shared memory
+// (PairSink::neg_t: -T_a in the tiles' padding, -T_b over L^T; A[b][a] in the stash).
 template <int kD, class Producer>
 __device__ __forceinline__ void pair_epilogue(const Producer& pr, typename KdaPrepTraits<kD>::Smem& sm,
-                                              unsigned char* slot_a, const unsigned char* slot_b, int ptid) {
+                                              unsigned char* slot_a, int ptid) {
   using Prepared = KdaPrepared<kD>;
   constexpr int C = kChunkTokens;
   const int t = ptid >> 3, s = 2 * (ptid & 7);
   const float(*a_ba)[C] = reinterpret_cast<const float(*)[C]>(&sm.stash.k_dec[0][0]);
-  const float* neg_ta = reinterpret_cast<const float*>(slot_a + Prepared::kNegT);
-  const float* neg_tb = reinterpret_cast<const float*>(slot_b + Prepared::kNegT);
   float2 y = make_float2(0.f, 0.f);
 #pragma unroll
   for (int u = 0; u < C; ++u) {
-    const float2 b = __ldcg(reinterpret_cast<const float2*>(&neg_ta[Prepared::square_word(u, s)]));
+    const float2 b = *reinterpret_cast<const float2*>(neg_t_a_home<kD>(sm.tiles, u, s));
     const float x = a_ba[t][u];
     y.x = fmaf(x, b.x, y.x), y.y = fmaf(x, b.y, y.y);
   }
   float(*y_tile)[C] = reinterpret_cast<float(*)[C]>(&sm.group.k_bar[0][0]);
   *reinterpret_cast<float2*>(&y_tile[t][s]) = y;
   pr.group_sync();
+  const float(*neg_tb)[C] = sm.group.l_t;
   float2 r = make_float2(0.f, 0.f);
 #pragma unroll
   for (int w = 0; w < C / 2; ++w) {
-    const float2 nt = __ldcg(reinterpret_cast<const float2*>(&neg_tb[Prepared::square_word(t, 2 * w)]));
+    const float2 nt = *reinterpret_cast<const float2*>(&neg_tb[t][2 * w]);
     const float2 y0 = *reinterpret_cast<const float2*>(&y_tile[2 * w][s]);
     const float2 y1 = *reinterpret_cast<const float2*>(&y_tile[2 * w + 1][s]);
     r.x = fmaf(nt.x, y0.x, fmaf(nt.y, y1.x, r.x));
@@ -247,6 +262,7 @@ __global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>
           return PairSink<kD>{WorkspaceSink<kD>{sm.tiles, prepared_chunk<kD, true>(p, a.heads_v, n, hv, i), inv_scale},
                               prepared_chunk<kD, true>(p, a.heads_v, n, hv, i & ~1),
                               sm.stash,
+                              sm.group.l_t,
                               gamma_a,
                               a.scale,
                               (i & 1) != 0};
@@ -254,8 +270,7 @@ __global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>
         [](int) {},
         [&](int i) {
           if (i & 1)
-            pair_epilogue<kD>(producer, sm, prepared_chunk<kD, true>(p, a.heads_v, n, hv, i - 1),
-                              prepared_chunk<kD, true>(p, a.heads_v, n, hv, i), threadIdx.x);
+            pair_epilogue<kD>(producer, sm, prepared_chunk<kD, true>(p, a.heads_v, n, hv, i - 1), threadIdx.x);
         });
   } else {
     unsigned char* base = prepared_chunk<kD>(p, a.heads_v, n, hv, 0);

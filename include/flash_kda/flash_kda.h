@@ -191,8 +191,8 @@ struct FwdParams : ProblemParams {
   int64_t segment_chunks = 0;
   // Tokens the prepared plans' recurrence advances per step: 16, or 32 (pairs of prepared chunks;
   // K = V = 128 with the sigmoid gate and no checkpoints, else the CUDA forward returns
-  // kUnsupported); 0 lets the backend choose (16 today). The fused plan and the CPU backends ignore
-  // it. docs/kernel.md, "32-token steps".
+  // kUnsupported); 0 lets the backend choose (32 where the split plan cuts the sequences of a fixed
+  // batch, else 16). The fused plan and the CPU backends ignore it. docs/kernel.md, "32-token steps".
   int walk_tokens = 0;
 };
 

@@ -92,6 +92,19 @@ inline bool pair_steps_supported(const FwdParams& p) {
 
 inline int64_t even_up(int64_t x) { return (x + 1) & ~int64_t(1); }
 
+// The split plan's segment length L in chunks for a longest sequence of `longest` chunks
+// (longest + 1: no split). m segments of one sequence make HV * (2m - 3) CTAs of D rows in pass 1
+// and HV * (m - 1) parts in pass 3, run as 2 CTAs of D / 2 rows each: as many as fit one CTA per
+// SM in both (h4_64k: m = 17, 124 and 128 CTAs). Fewer than 3 segments gain nothing. Segment 0 is
+// L0 = 3L/4 long (first_segment_chunks: pass 1 runs it with output beside the other segments' R
+// and P rows, which cost less a chunk), and L the least with L0 + (m - 1) L >= longest:
+// L0 >= (3L - 1) / 4, so L (4m - 1) >= 4 longest suffices.
+inline int64_t split_segment_chunks(const FwdParams& p, int64_t HV, int64_t longest, int sm_count) {
+  if (p.segment_chunks > 0) return p.segment_chunks;
+  const int64_t m = std::min<int64_t>((sm_count / HV + 3) / 2, sm_count / (2 * HV) + 1);
+  return m >= 3 ? std::max(kMinSegmentChunks, ceil_div(4 * longest, 4 * m - 1)) : longest + 1;
+}
+
 inline HostPlan make_plan(const FwdParams& p, int sm_count) {
   HostPlan h;
   const int64_t N = num_sequences(p), HV = p.heads_v > 0 ? p.heads_v : p.heads;
@@ -123,9 +136,15 @@ inline HostPlan make_plan(const FwdParams& p, int sm_count) {
     h.device_decides = false;
     return h;
   }
-  // 32-token steps only where walk_tokens asks for them: kAuto keeps 16 until they have been
-  // checked and measured on the H200 (docs/kernel.md, "32-token steps").
-  h.pair = p.walk_tokens == 32 && pair_steps_supported(p);
+  // 32-token steps where walk_tokens asks for them, and by default (0) where they measured faster
+  // on the H200: fixed batches whose sequences the split plan cuts (docs/kernel.md, "32-token
+  // steps": -1 to -3 % there; +2 % on a split packed batch and up to +6 % unsplit, where the
+  // preparation's extra cost is not repaid).
+  const bool pairs_pay = h.kind == FwdPlan::kSplit && p.cu_seqlens == nullptr && [&] {
+    const int64_t c = ceil_div(p.seqlen, kChunk), L = split_segment_chunks(p, HV, c, sm_count);
+    return sm90::first_segment_chunks(L) + L < c;
+  }();
+  h.pair = (p.walk_tokens == 32 || (p.walk_tokens == 0 && pairs_pay)) && pair_steps_supported(p);
   // Sum of ceil(len / 16) over the sequences: at most T / 16 + N packed, B * ceil(T / 16) fixed.
   // With checkpoints a sequence's grid is shifted by up to 15 tokens (ceil((len + shift) / 16)
   // chunks): at most one more chunk each, T / 16 + 2N packed. Pairs round every count up to even:
@@ -135,21 +154,7 @@ inline HostPlan make_plan(const FwdParams& p, int sm_count) {
                               : N * ceil_div(p.seqlen + slack, kChunk);
   if (h.pair && !p.cu_seqlens) h.max_chunks = N * even_up(ceil_div(p.seqlen, kChunk));
   const int64_t longest = ceil_div(p.seqlen + slack, kChunk);  // no sequence has more chunks
-  h.seg_chunks = longest + 1;                                  // no split
-  if (h.kind == FwdPlan::kSplit) {
-    if (p.segment_chunks > 0) {
-      h.seg_chunks = p.segment_chunks;
-    } else {
-      // m segments of one sequence make HV * (2m - 3) CTAs of D rows in pass 1 and HV * (m - 1)
-      // parts in pass 3, run as 2 CTAs of D / 2 rows each: as many as fit one CTA per SM in both
-      // (h4_64k: m = 17, 124 and 128 CTAs). Fewer than 3 segments gain nothing.
-      // Segment 0 is L0 = 3L/4 long (first_segment_chunks: pass 1 runs it with output beside the
-      // other segments' R and P rows, which cost less a chunk), and L the least with L0 + (m - 1) L
-      // >= longest: L0 >= (3L - 1) / 4, so L (4m - 1) >= 4 longest suffices.
-      const int64_t m = std::min<int64_t>((sm_count / HV + 3) / 2, sm_count / (2 * HV) + 1);
-      if (m >= 3) h.seg_chunks = std::max(kMinSegmentChunks, ceil_div(4 * longest, 4 * m - 1));
-    }
-  }
+  h.seg_chunks = h.kind == FwdPlan::kSplit ? split_segment_chunks(p, HV, longest, sm_count) : longest + 1;
   h.seg0_chunks = sm90::first_segment_chunks(h.seg_chunks);
   if (h.pair) {  // segments of whole pairs (L0 <= L still: L even)
     h.seg_chunks = even_up(h.seg_chunks);

@@ -396,8 +396,13 @@ TEST_F(ValidateDirectly, CudaWorkspaceFollowsHeadDimension) {
     EXPECT_GE(size(dim, FwdPlan::kPrepared, 0), chunks_times_heads * chunk_bytes);
     // Segments of 1 chunk: 7 chunks split into segments 0 (1 chunk) .. 6, so 6 extra a sequence,
     // each with three fp32 dim x dim states a head.
-    EXPECT_GE(size(dim, FwdPlan::kSplit, 1) - size(dim, FwdPlan::kPrepared, 0), 3 * 2 * 6 * 2 * dim * dim * 4 - 512);
+    EXPECT_GE(size(dim, FwdPlan::kSplit, 1, 16) - size(dim, FwdPlan::kPrepared, 0), 3 * 2 * 6 * 2 * dim * dim * 4 - 512);
   }
+  // The default walk (0) takes 32-token steps where the split plan cuts a fixed batch's sequences,
+  // and 16 unsplit (docs/kernel.md, "32-token steps"); K = V = 64 never.
+  EXPECT_EQ(size(128, FwdPlan::kSplit, 2), size(128, FwdPlan::kSplit, 2, 32));
+  EXPECT_NE(size(128, FwdPlan::kSplit, 2), size(128, FwdPlan::kSplit, 2, 16));
+  EXPECT_EQ(size(64, FwdPlan::kSplit, 2), size(64, FwdPlan::kSplit, 2, 16));
   // 32-token steps: every sequence's 7 chunks take 8 slots of the pair format (14,848 + 1,024 bytes);
   // K = V = 64 has no pairs (the 16-token size).
   EXPECT_EQ(size(128, FwdPlan::kPrepared, 0, 16), size(128, FwdPlan::kPrepared, 0));

@@ -7,7 +7,9 @@ Problem: B=1, T=16, H=HV=4, K=V=128, fp32 initial and final state, lower_bound=-
 itself takes a few microseconds on an H200, so the time per call is the host path: argument
 handling, checks, the launch). Each route is timed as N back-to-back calls followed by one
 synchronisation, so the device work overlaps the host work and the figure is host time per call;
-the median over --repeats such runs is reported (with min and max).
+the median over --repeats such runs is reported (with min and max). The routes take turns in every
+repeat, and each run is also given as a multiple of the torch_add run of the same round (the
+host's drift cancels in that ratio).
 
 Routes:
   fwd              flash_kda.fwd(q, ..., out, ..., initial_state, final_state): FlashKDA's call
@@ -89,17 +91,24 @@ def routes(x):
     }
 
 
-def time_route(fn, sync, calls, repeats):
-    for _ in range(max(calls // 10, 20)):  # warm-up: caches, lazy initialisation
-        fn()
+def time_routes(table, names, sync, calls, repeats):
+    """Per route, the microseconds per call of each timed run. The routes take turns within every
+    repeat (route 1, 2, ..., then again), so that a slow stretch of the host -- a shared machine
+    drifts by tens of per cent over a minute -- lands on all of them alike, not on whichever route
+    it happened to overlap; each run is also expressed as a ratio to the torch_add run of its round."""
+    for name in names:  # warm-up: caches, lazy initialisation
+        for _ in range(max(calls // 10, 20)):
+            table[name]()
     sync()
-    per_call = []
+    per_call = {name: [] for name in names}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        per_call.append((time.perf_counter() - t0) / calls * 1e6)
+        for name in names:
+            fn = table[name]
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            sync()
+            per_call[name].append((time.perf_counter() - t0) / calls * 1e6)
     return per_call
 
 
@@ -139,9 +148,14 @@ def main():
         names = [n for n in names if n != "fwd_varlen_sync"]  # identical to fwd_varlen on the host
     rows = []
     with torch.inference_mode():
-        for name in names:
-            ts = time_route(table[name], sync, args.calls, args.repeats)
-            rows.append(dict(route=name, us_median=statistics.median(ts), us_min=min(ts), us_max=max(ts)))
+        runs = time_routes(table, names, sync, args.calls, args.repeats)
+    base = runs.get("torch_add")
+    for name in names:
+        ts = runs[name]
+        row = dict(route=name, us_median=statistics.median(ts), us_min=min(ts), us_max=max(ts))
+        if base is not None:  # this route's run over torch_add's in the same round
+            row["vs_torch_add_median"] = statistics.median(t / b for t, b in zip(ts, base))
+        rows.append(row)
     env = dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
                or platform.machine(),
                torch=torch.__version__, python=platform.python_version(), flash_kda=flash_kda.__version__,
@@ -149,9 +163,10 @@ def main():
                dry=args.dry)
     print(f"host overhead per call, {env['device']}, torch {env['torch']}, B={B} T={T} H={H} K=V={K}"
           f"{' (dry: no compute)' if args.dry else ''}; {args.calls} calls x {args.repeats} runs")
-    print(f"{'route':<18}{'median us':>11}{'min us':>10}{'max us':>10}")
+    print(f"{'route':<18}{'median us':>11}{'min us':>10}{'max us':>10}{'x torch_add':>13}")
     for r in rows:
-        print(f"{r['route']:<18}{r['us_median']:>11.2f}{r['us_min']:>10.2f}{r['us_max']:>10.2f}")
+        ratio = f"{r['vs_torch_add_median']:>13.2f}" if "vs_torch_add_median" in r else ""
+        print(f"{r['route']:<18}{r['us_median']:>11.2f}{r['us_min']:>10.2f}{r['us_max']:>10.2f}{ratio}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(env=env, rows=rows), f, indent=1)

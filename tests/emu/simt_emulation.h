@@ -459,3 +459,26 @@ inline unsigned long long atomicMax(unsigned long long* p, unsigned long long v)
   if (v > old) *p = v;
   return old;
 }
+
+// ---- used by the decode kernel (src/cuda/sm90/kda_decode_sm90.cuh) ------------------------------
+
+// Streaming store (st.global.cs): the cache hint has no effect on the value.
+template <class T>
+inline void __stcs(T* p, T v) {
+  *p = v;
+}
+// __expf is ex2.approx.ftz of the fp32 product x · log2(e): the product's rounding is kept, the
+// exponential itself exact (as the other transcendentals here), subnormal results flushed to zero.
+inline float __expf(float x) {
+  const float y = x * 1.44269504f;
+  const float r = std::exp2(std::fabs(y) < 1.17549435e-38f ? 0.0f : y);
+  return std::fabs(r) < 1.17549435e-38f ? 0.0f : r;
+}
+// __fdividef(x, y) is x · rcp.approx(y): 0 for 2^126 < |y| < 2^128 (as the CUDA documentation of the
+// intrinsic states), subnormals flushed.
+inline float __fdividef(float x, float y) {
+  auto ftz = [](float v) { return std::fabs(v) < 1.17549435e-38f ? std::copysign(0.0f, v) : v; };
+  const float ay = std::fabs(y);
+  if (ay > 8.50705917e37f && ay < INFINITY) return ftz(x * 0.0f);
+  return ftz(ftz(x) * ftz(1.0f / ftz(y)));
+}

@@ -35,8 +35,11 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../common/bulk_copy.cuh"
+#include "../dispatch_common.h"
+#include "flash_kda/flash_kda.h"
 
 namespace flash_kda::cuda::sm90 {
 
@@ -401,5 +404,61 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 // Launches the kernel for `units` = sequences × heads × Tr::kSlices CTAs (kda_decode_sm90.cu).
 template <typename StateT, int kHeadDim, int kRowsPerThread>
 cudaError_t launch_kda_decode(const KdaDecodeArgs& args, int64_t units, cudaStream_t stream);
+
+// ---- the host side of a launch, shared by src/cuda/decode_dispatch.cu (the GPU) and
+// tests/emu/test_emu_decode.cpp (the emulation), so that both run the same arguments and shapes ----
+
+// The kernel arguments of normalised, checked parameters.
+inline KdaDecodeArgs decode_kernel_args(const DecodeParams& p) {
+  KdaDecodeArgs a{};
+  copy_activations(a, p);
+  a.state = p.state;
+  a.state_indices = p.state_indices;
+  a.num_accepted = p.slots_per_seq > 1 ? p.num_accepted_tokens : nullptr;
+  a.seqlen = p.seqlen;
+  a.pool_size = p.pool_size;
+  a.slots_per_seq = static_cast<int>(p.slots_per_seq);
+  a.indices_stride = p.state_indices_stride > 0 ? p.state_indices_stride : p.slots_per_seq;
+  const int64_t HV = p.heads_v > 0 ? p.heads_v : p.heads;
+  a.heads_v = static_cast<int>(HV);
+  a.group = static_cast<int>(HV / p.heads);
+  a.scale = p.scale;
+  a.lower_bound = p.lower_bound;
+  // The gate forms (docs/spec.md, "Gate forms"): A_log may be null (rate 1) with the sigmoid gate.
+  a.softplus_gate = p.gate == GateForm::kSoftplus;
+  a.beta_scale = p.allow_neg_eigval ? 2.0f : 1.0f;
+  a.cu_seqlens_i64 = p.cu_seqlens_dtype == DType::kI64;
+  return a;
+}
+
+// Rows of S per thread: as many as keep at least ~16 warps per SM in the grid (4 rows: ~128
+// registers, 16 resident warps per SM: D = 128, 2 CTAs of 4 warps per (sequence, head) and 4 CTAs
+// per SM; D = 64, 1 CTA of 2 warps and 8 per SM); fewer rows per thread split a head over more CTAs
+// when the batch alone cannot fill the GPU (B=1, H=32, D = 128: 32 heads × 8 slices). A CTA has
+// D threads and owns 16 rows per row a thread: D / (16 r) CTAs per head, of D / 32 warps each.
+inline int decode_rows_per_thread(int64_t pairs, int64_t D, int sm_count) {
+  int rows_per_thread = 4;
+  auto ctas = [&](int r) { return pairs * (D / (16 * r)); };
+  while (rows_per_thread > 1 && ctas(rows_per_thread) * (D / 32) < 16 * int64_t(sm_count)) rows_per_thread /= 2;
+  return rows_per_thread;
+}
+
+// Calls f(Tr{}) with the traits of the state dtype, D (128 or 64) and rows per thread (4, 2, else 1).
+template <class F>
+auto with_decode_traits(DType state, int64_t D, int rows_per_thread, F&& f) {
+  auto rows = [&](auto st, auto d) {
+    using S = decltype(st);
+    constexpr int kD = decltype(d)::value;
+    switch (rows_per_thread) {
+      case 4: return f(KdaDecodeTraits<S, kD, 4>{});
+      case 2: return f(KdaDecodeTraits<S, kD, 2>{});
+      default: return f(KdaDecodeTraits<S, kD, 1>{});
+    }
+  };
+  auto dims = [&](auto st) {
+    return D == 64 ? rows(st, std::integral_constant<int, 64>{}) : rows(st, std::integral_constant<int, 128>{});
+  };
+  return state == DType::kF32 ? dims(float{}) : dims(__nv_bfloat16{});
+}
 
 }  // namespace flash_kda::cuda::sm90

@@ -1,0 +1,294 @@
+// The CUDA decode kernel (src/cuda/sm90/kda_decode_sm90.cuh, its own source) runs on the CPU through
+// the host emulation of the device (simt_emulation.h), against the float64 reference backend's decode
+// on a copy of the same pool (docs/testing.md, "Kernels on the CPU"): fp32 and bf16 pools, 1..8
+// tokens, K = V = 128 and 64, every rows-per-thread shape (forced, and as the dispatcher chooses it
+// for a given SM count), speculative slots with num_accepted_tokens, packed batches, GVA, both gate
+// forms, beta up to 2. Padding sequences (a -1 slot, num_accepted_tokens 0) and slots the kernel
+// must ignore (an index at or past the pool's end, which the host check would refuse: handed to
+// the kernel behind the check's back) leave their pool slots and out rows byte for byte as they
+// were. Timing and memory ordering are the GPU checks' (tests/gpu/test_cuda_decode.cu).
+// (first: the kernel's header sees the emulated builtins)
+#include "simt_emulation.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "../cpp/test_util.h"
+#include "api/backends.h"
+#include "cuda/sm90/kda_decode_sm90.cuh"
+
+namespace flash_kda {
+namespace {
+
+using namespace test;
+namespace sm90 = cuda::sm90;
+
+// The CUDA decode on the emulation: normalised and checked as decode() does (src/api/decode.cpp),
+// the kernel arguments and shape as src/cuda/decode_dispatch.cu makes them. `rows` forces the rows
+// per thread (0: the dispatcher's choice for `sm_count` SMs); `kernel_indices`, when set, is what
+// the kernel reads instead of the checked state_indices (same layout).
+Status emulated_decode(DecodeParams p, int sm_count, int rows, const int32_t* kernel_indices, int* rows_used) {
+  p.backend = Backend::kCuda;
+  normalise(p);
+  HostIndices idx;
+  const Status s = check(p, &idx);
+  if (!s.ok()) return s;
+  const int64_t N = num_sequences(p), HV = p.heads_v > 0 ? p.heads_v : p.heads;
+  if (N == 0 || p.seqlen == 0) return Status::Ok();
+  sm90::KdaDecodeArgs a = sm90::decode_kernel_args(p);
+  if (kernel_indices) a.state_indices = kernel_indices;
+  const int64_t D = p.head_dim_k, pairs = N * HV;
+  const int r = rows > 0 ? rows : sm90::decode_rows_per_thread(pairs, D, sm_count);
+  if (rows_used) *rows_used = r;
+  try {
+    sm90::with_decode_traits(p.state_dtype, D, r, [&](auto tr) {
+      using Tr = decltype(tr);
+      emu::launch(unsigned(pairs * Tr::kSlices), Tr::kThreads, 0, [&] { sm90::kda_decode_kernel<Tr>(a); });
+      return 0;
+    });
+  } catch (const std::exception& e) {
+    return {StatusCode::kCudaError, e.what()};
+  }
+  return Status::Ok();
+}
+
+struct DecodeCase {
+  std::string name;
+  Config cfg;
+  int rows = 0;       // rows per thread; 0: the dispatcher's choice for sm_count
+  int sm_count = 132;
+  int64_t S = 1;       // slots per sequence (> 1: speculative)
+  int64_t stride = 0;  // of the index rows (0: S)
+  bool accepted = false;  // speculative with num_accepted_tokens
+  int expect_rows = 0;    // the dispatcher must choose this (0: not checked)
+};
+
+std::ostream& operator<<(std::ostream& os, const DecodeCase& c) { return os << c.name; }
+
+std::vector<DecodeCase> decode_cases() {
+  std::vector<DecodeCase> cases;
+  // Every shape: 4 sequences, sequence 1 padding (-1), sequence 3's slot past the pool's end.
+  for (DType dtype : {DType::kF32, DType::kBF16})
+    for (int64_t D : {128, 64})
+      for (int rows : {1, 2, 4})
+        for (int64_t T : {1, 2, 4, 8}) {
+          DecodeCase c;
+          c.name = std::string(dtype == DType::kF32 ? "fp32" : "bf16") + "_d" + std::to_string(D) + "_r" +
+                   std::to_string(rows) + "_t" + std::to_string(T);
+          c.cfg.batch = 4;
+          c.cfg.seqlen = T;
+          c.cfg.heads = 2;
+          c.cfg.head_dim_k = c.cfg.head_dim_v = D;
+          c.cfg.state_dtype = dtype;
+          c.rows = rows;
+          cases.push_back(c);
+        }
+  // The dispatcher's choice (4 sequences x 2 heads, D = 128: 4 rows a thread on up to 4 SMs, 2 on
+  // up to 8, else 1).
+  for (auto [sms, want] : {std::pair{4, 4}, std::pair{6, 2}, std::pair{132, 1}}) {
+    DecodeCase c;
+    c.name = "dispatch_sm" + std::to_string(sms);
+    c.cfg.batch = 4;
+    c.cfg.seqlen = 3;
+    c.sm_count = sms;
+    c.expect_rows = want;
+    cases.push_back(c);
+  }
+  // Speculative: num_accepted_tokens picks the read column; sequence 0 skips its last write, 1 is
+  // padding (accepted 0), 2 has a write slot past the pool's end, 4 a -1 read slot.
+  struct Spec {
+    int64_t T, S, stride;
+  };
+  for (DType dtype : {DType::kF32, DType::kBF16})
+    for (const Spec& sp : {Spec{4, 4, 4}, Spec{2, 4, 6}, Spec{1, 3, 3}, Spec{8, 8, 8}})
+      for (int rows : {0, 2}) {
+        DecodeCase c;
+        c.name = std::string("spec_") + (dtype == DType::kF32 ? "fp32" : "bf16") + "_t" + std::to_string(sp.T) +
+                 "_s" + std::to_string(sp.S) + "_stride" + std::to_string(sp.stride) +
+                 (rows ? "_r" + std::to_string(rows) : std::string("_sm1"));
+        c.cfg.batch = 5;
+        c.cfg.seqlen = sp.T;
+        c.cfg.state_dtype = dtype;
+        c.S = sp.S;
+        c.stride = sp.stride;
+        c.accepted = true;
+        c.rows = rows;
+        c.sm_count = 1;
+        cases.push_back(c);
+      }
+  // Packed batches (cu_seqlens int32 and int64, an empty sequence), GVA, the gate forms.
+  DecodeCase varlen;
+  varlen.name = "varlen_i32";
+  varlen.cfg.seq_lens = {3, 0, 8, 1, 5};
+  varlen.cfg.cu_seqlens_dtype = DType::kI32;
+  cases.push_back(varlen);
+  varlen.name = "varlen_i64_bf16_d64";
+  varlen.cfg.cu_seqlens_dtype = DType::kI64;
+  varlen.cfg.state_dtype = DType::kBF16;
+  varlen.cfg.head_dim_k = varlen.cfg.head_dim_v = 64;
+  cases.push_back(varlen);
+  DecodeCase spec_varlen;  // without num_accepted_tokens: the state is read from column 0
+  spec_varlen.name = "spec_varlen_column0";
+  spec_varlen.cfg.seq_lens = {3, 1, 0, 4};
+  spec_varlen.S = 4;
+  cases.push_back(spec_varlen);
+  DecodeCase gva;
+  gva.name = "gva_h1_hv4";
+  gva.cfg.batch = 3;
+  gva.cfg.seqlen = 4;
+  gva.cfg.heads = 1;
+  gva.cfg.heads_v = 4;
+  cases.push_back(gva);
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const std::string d = dtype == DType::kF32 ? "fp32" : "bf16";
+    DecodeCase sp;
+    sp.name = "softplus_" + d;
+    sp.cfg.batch = 4;
+    sp.cfg.seqlen = 4;
+    sp.cfg.state_dtype = dtype;
+    sp.cfg.gate = GateForm::kSoftplus;
+    cases.push_back(sp);
+    sp.name = "softplus_strong_decay_" + d;  // factors that underflow (flushed to 0) and softplus(x) = x
+    sp.cfg.g_offset = 25.0f;
+    cases.push_back(sp);
+    DecodeCase neg;
+    neg.name = "neg_eigval_no_A_log_" + d;
+    neg.cfg.batch = 4;
+    neg.cfg.seqlen = 8;
+    neg.cfg.state_dtype = dtype;
+    neg.cfg.has_A_log = false;
+    neg.cfg.allow_neg_eigval = true;
+    neg.cfg.v_factor = 4.0f;
+    cases.push_back(neg);
+  }
+  return cases;
+}
+
+class EmulatedDecode : public SeededTest, public ::testing::WithParamInterface<DecodeCase> {};
+
+TEST_P(EmulatedDecode, MatchesTheFloat64Reference) {
+  const DecodeCase& c = GetParam();
+  const Problem pb(c.cfg, rng_);
+  const int64_t N = pb.N, S = c.S, stride = c.stride > 0 ? c.stride : S, per = pb.HV * pb.V * pb.K;
+  const int64_t P = N * S + 4;
+  const bool spec = S > 1;
+  std::vector<int32_t> slots(static_cast<size_t>(P));
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), rng_);
+  // indices [N, stride]; the columns past S are never read (a value no pool has).
+  std::vector<int32_t> indices(size_t(N * stride), 1 << 30);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t col = 0; col < S; ++col) indices[size_t(n * stride + col)] = slots[size_t(n * S + col)];
+  std::vector<int32_t> accepted;
+  if (c.accepted) {
+    std::uniform_int_distribution<int32_t> pick(1, int32_t(S));
+    accepted.resize(size_t(N));
+    for (int32_t& a : accepted) a = pick(rng_);
+    accepted[0] = 1;
+  }
+  auto read_column = [&](int64_t n) { return c.accepted ? accepted[size_t(n)] - 1 : 0; };
+  // What the kernel reads: the checked indices, with slots past the pool's end where the reference
+  // has -1 (both mean "nothing read or written there").
+  std::vector<int32_t> kernel_indices = indices;
+  if (N >= 2) {  // sequence 1: padding
+    if (c.accepted)
+      accepted[1] = 0;
+    else
+      indices[size_t(1 * stride)] = kernel_indices[size_t(1 * stride)] = -1;
+  }
+  if (N >= 4 && !c.accepted) {  // sequence 3: its read slot past the pool's end
+    indices[size_t(3 * stride)] = -1;
+    kernel_indices[size_t(3 * stride)] = int32_t(P);
+  }
+  if (c.accepted) {
+    const int64_t T = pb.T;
+    if (T > 1) indices[size_t(0 * stride + T - 1)] = kernel_indices[size_t(0 * stride + T - 1)] = -1;
+    if (N >= 3) {  // sequence 2: token 0's write slot past the end (read from the last column)
+      accepted[2] = int32_t(S);
+      indices[size_t(2 * stride)] = -1;
+      kernel_indices[size_t(2 * stride)] = int32_t(P + 7);
+    }
+    if (N >= 5) {
+      indices[size_t(4 * stride + read_column(4))] = -1;
+      kernel_indices[size_t(4 * stride + read_column(4))] = -1;
+    }
+  }
+  // The pool: poisoned (NaN), each live sequence's initial state in its read slot.
+  StateBuffer pool0(pb.cfg.state_dtype, size_t(P * per));
+  for (int64_t n = 0; n < N; ++n) {
+    if (c.accepted && accepted[size_t(n)] == 0) continue;
+    const int32_t slot = indices[size_t(n * stride + read_column(n))];
+    if (slot < 0) continue;
+    if (pool0.dtype == DType::kF32)
+      std::copy_n(pb.initial_state.f32.begin() + n * per, per, pool0.f32.begin() + slot * per);
+    else
+      std::copy_n(pb.initial_state.bf16.begin() + n * per, per, pool0.bf16.begin() + slot * per);
+  }
+
+  StateBuffer pool_ref = pool0, pool = pool0;
+  std::vector<uint16_t> out_ref(size_t(pb.out_count()), kPoisonBf16), out(out_ref);
+  const int32_t* acc = c.accepted ? accepted.data() : nullptr;
+  DecodeParams d = decode_params(pb, Backend::kCpuReference, out_ref.data(), pool_ref, P, indices.data(), S, acc);
+  d.state_indices_stride = stride;
+  Status s = decode(d);
+  ASSERT_TRUE(s.ok()) << s.message;
+  d.out = out.data();
+  d.state = pool.data();
+  int rows_used = 0;
+  s = emulated_decode(d, c.sm_count, c.rows, kernel_indices.data(), &rows_used);
+  ASSERT_TRUE(s.ok()) << s.message;
+  if (c.expect_rows) EXPECT_EQ(rows_used, c.expect_rows) << "the dispatcher's rows per thread";
+
+  // out: the reference's poisoned elements (padding sequences) poisoned, the others close.
+  std::vector<double> got_out, want_out;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out_ref[i] == kPoisonBf16) {
+      ASSERT_EQ(out[i], kPoisonBf16) << "out element " << i << " written (the reference leaves it)";
+      continue;
+    }
+    got_out.push_back(bf16_to_float(out[i]));
+    want_out.push_back(bf16_to_float(out_ref[i]));
+  }
+  ASSERT_FALSE(got_out.empty());
+  ASSERT_TRUE(all_finite(got_out)) << "out not written everywhere (or not finite)";
+  // The pool: slots the reference leaves byte for byte, the same; the others close.
+  const size_t elem = pool.dtype == DType::kF32 ? 4 : 2;
+  std::vector<double> got_state, want_state;
+  int written = 0;
+  for (int64_t slot = 0; slot < P; ++slot) {
+    const auto* a = static_cast<const char*>(pool.data()) + slot * per * int64_t(elem);
+    const auto* b = static_cast<const char*>(pool_ref.data()) + slot * per * int64_t(elem);
+    const auto* z = static_cast<const char*>(pool0.data()) + slot * per * int64_t(elem);
+    if (std::memcmp(b, z, size_t(per) * elem) == 0) {
+      EXPECT_EQ(std::memcmp(a, z, size_t(per) * elem), 0) << "slot " << slot << " written (the reference leaves it)";
+      continue;
+    }
+    ++written;
+    for (int64_t i = 0; i < per; ++i) {
+      got_state.push_back(pool.at(size_t(slot * per + i)));
+      want_state.push_back(pool_ref.at(size_t(slot * per + i)));
+    }
+  }
+  ASSERT_GT(written, 0);
+  ASSERT_TRUE(all_finite(got_state)) << "a written slot not written everywhere (or not finite)";
+  const double e_out = rel_error(got_out, want_out), e_state = rel_error(got_state, want_state);
+  std::printf("  %-34s rows %d  slots %d  out %.2e  state %.2e\n", c.name.c_str(), rows_used, written, e_out,
+              e_state);
+  // As tests/cpp/test_decode.cpp's bounds for the fp32 CPU paths against the reference (rounded to
+  // the same dtypes): out 1e-3; state 1e-4 (fp32), 5e-4 (bf16: fp32 and float64 results a few 1e-6
+  // apart round to different bf16 neighbours for ~0.1 % of the elements).
+  EXPECT_LE(e_out, 1e-3);
+  EXPECT_LE(e_state, pool.dtype == DType::kF32 ? 1e-4 : 5e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Emulation, EmulatedDecode, ::testing::ValuesIn(decode_cases()),
+                         [](const ::testing::TestParamInfo<DecodeCase>& i) { return i.param.name; });
+
+}  // namespace
+}  // namespace flash_kda

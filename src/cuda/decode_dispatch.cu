@@ -15,7 +15,7 @@ Status decode(const DecodeParams& p, cudaStream_t stream) {
   const int64_t HV = p.heads_v > 0 ? p.heads_v : p.heads;
   if (N == 0 || p.seqlen == 0) return Status::Ok();
 
-  const sm90::KdaDecodeArgs a = sm90::decode_kernel_args(p);
+  sm90::KdaDecodeArgs a = sm90::decode_kernel_args(p);
   const int64_t D = p.head_dim_k, pairs = N * HV;
   const int rows_per_thread = sm90::decode_rows_per_thread(pairs, D, sm_count);
   if (pairs * (D / (16 * rows_per_thread)) > INT32_MAX)
@@ -24,7 +24,8 @@ Status decode(const DecodeParams& p, cudaStream_t stream) {
   // validate() admits K = V = 128 and 64 for the CUDA decode.
   const cudaError_t e = sm90::with_decode_traits(p.state_dtype, D, rows_per_thread, [&](auto tr) {
     using Tr = decltype(tr);
-    return sm90::launch_kda_decode<typename Tr::State, Tr::kDim, Tr::kRowsPerThread_>(a, pairs * Tr::kSlices, stream);
+    const sm90::DecodeLaunch l = sm90::decode_launch<Tr>(a, p, pairs, sm_count);
+    return sm90::launch_kda_decode<typename Tr::State, Tr::kDim, Tr::kRowsPerThread_>(a, l.grid, l.smem_bytes, stream);
   });
   if (e != cudaSuccess) return cuda_error("kernel launch", e);
   return Status::Ok();

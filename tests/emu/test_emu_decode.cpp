@@ -33,7 +33,14 @@ namespace sm90 = cuda::sm90;
 // the kernel arguments and shape as src/cuda/decode_dispatch.cu makes them. `rows` forces the rows
 // per thread (0: the dispatcher's choice for `sm_count` SMs); `kernel_indices`, when set, is what
 // the kernel reads instead of the checked state_indices (same layout).
-Status emulated_decode(DecodeParams p, int sm_count, int rows, const int32_t* kernel_indices, int* rows_used) {
+struct EmuShape {
+  int rows = 0;       // per thread
+  unsigned grid = 0;  // CTAs
+  int64_t units = 0;  // work units (sequence, head, slice)
+  int buffers = 0;    // state buffers a CTA
+};
+
+Status emulated_decode(DecodeParams p, int sm_count, int rows, const int32_t* kernel_indices, EmuShape* shape) {
   p.backend = Backend::kCuda;
   normalise(p);
   HostIndices idx;
@@ -45,11 +52,12 @@ Status emulated_decode(DecodeParams p, int sm_count, int rows, const int32_t* ke
   if (kernel_indices) a.state_indices = kernel_indices;
   const int64_t D = p.head_dim_k, pairs = N * HV;
   const int r = rows > 0 ? rows : sm90::decode_rows_per_thread(pairs, D, sm_count);
-  if (rows_used) *rows_used = r;
   try {
     sm90::with_decode_traits(p.state_dtype, D, r, [&](auto tr) {
       using Tr = decltype(tr);
-      emu::launch(unsigned(pairs * Tr::kSlices), Tr::kThreads, 0, [&] { sm90::kda_decode_kernel<Tr>(a); });
+      const sm90::DecodeLaunch l = sm90::decode_launch<Tr>(a, p, pairs, sm_count);
+      *shape = {r, l.grid, a.units, a.state_buffers};
+      emu::launch(l.grid, Tr::kThreads, l.smem_bytes, [&] { sm90::kda_decode_kernel<Tr>(a); });
       return 0;
     });
   } catch (const std::exception& e) {
@@ -73,7 +81,8 @@ std::ostream& operator<<(std::ostream& os, const DecodeCase& c) { return os << c
 
 std::vector<DecodeCase> decode_cases() {
   std::vector<DecodeCase> cases;
-  // Every shape: 4 sequences, sequence 1 padding (-1), sequence 3's slot past the pool's end.
+  // Every shape: 4 sequences, sequence 1 padding (-1), sequence 3's slot past the pool's end; on one
+  // SM, so that each CTA works through several units with two state buffers.
   for (DType dtype : {DType::kF32, DType::kBF16})
     for (int64_t D : {128, 64})
       for (int rows : {1, 2, 4})
@@ -87,6 +96,7 @@ std::vector<DecodeCase> decode_cases() {
           c.cfg.head_dim_k = c.cfg.head_dim_v = D;
           c.cfg.state_dtype = dtype;
           c.rows = rows;
+          c.sm_count = 1;  // a few CTAs, each through several units (padding ones among them)
           cases.push_back(c);
         }
   // The dispatcher's choice (4 sequences x 2 heads, D = 128: 4 rows a thread on up to 4 SMs, 2 on
@@ -127,6 +137,7 @@ std::vector<DecodeCase> decode_cases() {
   varlen.name = "varlen_i32";
   varlen.cfg.seq_lens = {3, 0, 8, 1, 5};
   varlen.cfg.cu_seqlens_dtype = DType::kI32;
+  varlen.sm_count = 1;  // (several units a CTA, an empty sequence's among them)
   cases.push_back(varlen);
   varlen.name = "varlen_i64_bf16_d64";
   varlen.cfg.cu_seqlens_dtype = DType::kI64;
@@ -137,6 +148,7 @@ std::vector<DecodeCase> decode_cases() {
   spec_varlen.name = "spec_varlen_column0";
   spec_varlen.cfg.seq_lens = {3, 1, 0, 4};
   spec_varlen.S = 4;
+  spec_varlen.sm_count = 2;
   cases.push_back(spec_varlen);
   DecodeCase gva;
   gva.name = "gva_h1_hv4";
@@ -240,10 +252,10 @@ TEST_P(EmulatedDecode, MatchesTheFloat64Reference) {
   ASSERT_TRUE(s.ok()) << s.message;
   d.out = out.data();
   d.state = pool.data();
-  int rows_used = 0;
-  s = emulated_decode(d, c.sm_count, c.rows, kernel_indices.data(), &rows_used);
+  EmuShape shape;
+  s = emulated_decode(d, c.sm_count, c.rows, kernel_indices.data(), &shape);
   ASSERT_TRUE(s.ok()) << s.message;
-  if (c.expect_rows) EXPECT_EQ(rows_used, c.expect_rows) << "the dispatcher's rows per thread";
+  if (c.expect_rows) EXPECT_EQ(shape.rows, c.expect_rows) << "the dispatcher's rows per thread";
 
   // out: the reference's poisoned elements (padding sequences) poisoned, the others close.
   std::vector<double> got_out, want_out;
@@ -278,8 +290,8 @@ TEST_P(EmulatedDecode, MatchesTheFloat64Reference) {
   ASSERT_GT(written, 0);
   ASSERT_TRUE(all_finite(got_state)) << "a written slot not written everywhere (or not finite)";
   const double e_out = rel_error(got_out, want_out), e_state = rel_error(got_state, want_state);
-  std::printf("  %-34s rows %d  slots %d  out %.2e  state %.2e\n", c.name.c_str(), rows_used, written, e_out,
-              e_state);
+  std::printf("  %-34s rows %d  %3lld units on %3u CTAs, %d buffer(s)  slots %2d  out %.2e  state %.2e\n",
+              c.name.c_str(), shape.rows, (long long)shape.units, shape.grid, shape.buffers, written, e_out, e_state);
   // As tests/cpp/test_decode.cpp's bounds for the fp32 CPU paths against the reference (rounded to
   // the same dtypes): out 1e-3; state 1e-4 (fp32), 5e-4 (bf16: fp32 and float64 results a few 1e-6
   // apart round to different bf16 neighbours for ~0.1 % of the elements).

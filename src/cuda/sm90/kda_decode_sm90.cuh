@@ -38,6 +38,7 @@
 #include <type_traits>
 
 #include "../common/bulk_copy.cuh"
+#include "../common/ptx.cuh"
 #include "../dispatch_common.h"
 #include "flash_kda/flash_kda.h"
 
@@ -65,6 +66,12 @@ struct KdaDecodeArgs {
   float beta_scale;    // 1, or 2 with allow_neg_eigval (beta = 2 sigmoid(logit))
   bool softplus_gate;  // GateForm::kSoftplus: a = -exp(A_log) softplus(g + dt_bias), no floor
   bool cu_seqlens_i64;
+  // The launch (decode_launch below): units = sequences × heads × kSlices, worked through by the
+  // grid's CTAs in strides of gridDim.x; 2 state buffers when a CTA has more than one unit; the
+  // vectors sized for token_cap tokens (the most a sequence of the call has).
+  int64_t units;
+  int token_cap;
+  int state_buffers;
 };
 
 // Compile-time shape of the kernel: StateT is float or __nv_bfloat16, kHeadDim (K = V) 128 or 64,
@@ -92,7 +99,7 @@ struct KdaDecodeTraits {
   // CTAs, 16 warps, 128 KB of fp32 state in flight per SM; shared memory allows 4 as well). D = 64
   // keeps the registers per thread, the 16 warps and the 128 KB per SM with twice the CTAs (8 of
   // ~26 KB of shared memory fit as well).
-  static constexpr int kMinBlocks = (kRowsPerThread >= 4 ? 4 : kRowsPerThread == 2 ? 5 : 6) * 128 / kThreads;
+  static constexpr int kMinBlocks = (kRowsPerThread >= 4 ? 4 : kRowsPerThread == 2 ? 4 : 5) * 128 / kThreads;
   static_assert(kDim == 128 || kDim == 64, "the decode kernel is built for K = V = 128 and 64");
   static_assert(kDim % kRows == 0, "the rows of S must split evenly over the CTAs of a head");
   static_assert(kRows % 8 == 0, "out is written in 16-byte pieces of 8 rows");
@@ -169,241 +176,369 @@ __device__ __forceinline__ void load_bf16x4(const uint16_t* p, float* x) {
 
 }  // namespace decode_detail
 
+// Shared memory (dynamic): the fixed part, then `buffers` (1 or 2) copies of the CTA's rows of S as
+// in the pool, then the per-token vectors for `cap` tokens (the call's most tokens per sequence).
 template <typename Tr>
 struct KdaDecodeSmem {
-  alignas(128) typename Tr::State state[Tr::kRows][Tr::kDim];  // the CTA's rows, as in the pool
-  alignas(16) float k_hat[Tr::kMaxTokens][Tr::kDim];
-  alignas(16) float q_tilde[Tr::kMaxTokens][Tr::kDim];  // times scale
-  alignas(16) float alpha[Tr::kMaxTokens][Tr::kDim];
-  float v[Tr::kMaxTokens][Tr::kRows];  // this CTA's rows
-  alignas(16) __nv_bfloat16 out[Tr::kMaxTokens][Tr::kRows];
-  float beta[Tr::kMaxTokens];
-  float kq[Tr::kMaxTokens];            // k_hat · q_tilde
-  int64_t write_slot[Tr::kMaxTokens];  // speculative: slot of the state after token t, or -1
-  uint64_t state_loaded;               // mbarrier of the bulk copy
+  struct Fixed {
+    uint64_t state_loaded[2];            // mbarriers of the bulk copies, one per buffer
+    int64_t write_slot[Tr::kMaxTokens];  // speculative: slot of the state after token t, or -1
+    float beta[Tr::kMaxTokens];
+    float kq[Tr::kMaxTokens];  // k_hat · q_tilde
+  };
+  static constexpr size_t kStateOffset = (sizeof(Fixed) + 127) / 128 * 128;
+  // Per token: k_hat, q_tilde (times scale), alpha over the D channels; v over this CTA's rows
+  // (fp32) and out's staging (bf16).
+  static constexpr size_t kTokenBytes = 3 * Tr::kDim * 4 + Tr::kRows * 4 + Tr::kRows * 2;
+  static constexpr size_t bytes(int buffers, int cap) {
+    return kStateOffset + size_t(buffers) * Tr::kSliceBytes + size_t(cap) * kTokenBytes;
+  }
+
+  Fixed* fixed;
+  typename Tr::State* state0;  // buffer b at state0 + b · kRows · kDim (no array: b is a register)
+  float *k_hat, *q_tilde, *alpha, *v;  // [cap][D] (v: [cap][kRows])
+  __nv_bfloat16* out;                  // [cap][kRows]
+
+  __device__ __forceinline__ typename Tr::State* state(int buf) const { return state0 + buf * (Tr::kRows * Tr::kDim); }
+
+  __device__ __forceinline__ KdaDecodeSmem(unsigned char* base, int buffers, int cap) {
+    fixed = reinterpret_cast<Fixed*>(base);
+    state0 = reinterpret_cast<typename Tr::State*>(base + kStateOffset);
+    k_hat = reinterpret_cast<float*>(base + kStateOffset + size_t(buffers) * Tr::kSliceBytes);
+    q_tilde = k_hat + cap * Tr::kDim;
+    alpha = q_tilde + cap * Tr::kDim;
+    v = alpha + cap * Tr::kDim;
+    out = reinterpret_cast<__nv_bfloat16*>(v + cap * Tr::kRows);
+  }
 };
 
+// Orders this thread's earlier generic-proxy accesses of shared memory (the reads of a state buffer)
+// before later async-proxy writes to it (the next bulk copy into that buffer).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+#ifndef FLASH_KDA_SIMT_EMULATION
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// Where a work unit's tokens and slots are. Every value is the same for the whole CTA. Contents the
+// host could not check are clamped or treated as padding, never used to address outside the tensors.
+struct DecodeUnit {
+  int slice, hv, n;
+  int length;  // 0: nothing to do (no token, or a padding sequence): nothing is read or written
+  int64_t batch_row, begin;
+  uint32_t read_slot;  // non-negative: zero-extended, its 64-bit products need no register for a sign word
+};
+
+template <typename Tr>
+__device__ __forceinline__ DecodeUnit decode_unit(const KdaDecodeArgs& a, int64_t u) {
+  DecodeUnit w;
+  w.slice = int(u % Tr::kSlices);
+  const int64_t pair = u / Tr::kSlices;
+  w.hv = int(pair % a.heads_v);
+  w.n = int(pair / a.heads_v);
+  w.batch_row = w.n;
+  w.begin = 0;
+  w.read_slot = 0;
+  w.length = int(a.seqlen);
+  if (a.cu_seqlens) {
+    int64_t b, e;
+    if (a.cu_seqlens_i64) {
+      b = static_cast<const int64_t*>(a.cu_seqlens)[w.n];
+      e = static_cast<const int64_t*>(a.cu_seqlens)[w.n + 1];
+    } else {
+      b = static_cast<const int32_t*>(a.cu_seqlens)[w.n];
+      e = static_cast<const int32_t*>(a.cu_seqlens)[w.n + 1];
+    }
+    b = min(max(b, int64_t(0)), a.seqlen);
+    e = min(max(e, b), a.seqlen);
+    w.batch_row = 0;
+    w.begin = b;
+    w.length = int(min(e - b, int64_t(Tr::kMaxTokens)));
+  }
+  if (w.length == 0) return w;  // no token: the state stays as it is
+  const int32_t* indices = a.state_indices + w.n * a.indices_stride;
+  int read_column = 0;
+  if (a.num_accepted) {
+    const int accepted = a.num_accepted[w.n];
+    if (accepted < 1 || accepted > a.slots_per_seq) {  // padding (or invalid): nothing written
+      w.length = 0;
+      return w;
+    }
+    read_column = accepted - 1;
+  }
+  const int32_t read_index = indices[read_column];
+  if (read_index < 0 || read_index >= a.pool_size) {  // padding sequence
+    w.length = 0;
+    return w;
+  }
+  w.read_slot = uint32_t(read_index);
+  return w;
+}
+
+// A CTA works through units blockIdx.x, blockIdx.x + gridDim.x, ... (one when the grid covers them
+// all). With two state buffers the bulk copy of the next unit's rows is issued before the current
+// unit is prepared and computed, so the CTA's loads stay in flight while it computes.
 template <typename Tr>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     kda_decode_kernel(const __grid_constant__ KdaDecodeArgs a) {
   using namespace decode_detail;
   using State = typename Tr::State;
   constexpr int D = Tr::kDim, RPT = Tr::kRowsPerThread_, kVec = Tr::kVec;
-  __shared__ KdaDecodeSmem<Tr> sm;
+  FLASH_KDA_DYNAMIC_SMEM(smem_raw);
+  const KdaDecodeSmem<Tr> sm(smem_raw, a.state_buffers, a.token_cap);
+  typename KdaDecodeSmem<Tr>::Fixed& fx = *sm.fixed;
 
-  const int slice = int(blockIdx.x % Tr::kSlices);
-  const int pair = int(blockIdx.x / Tr::kSlices);
-  const int hv = pair % a.heads_v, n = pair / a.heads_v, h = hv / a.group;
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int lr = lane % Tr::kLanesPerRow, row_group = lane / Tr::kLanesPerRow;
-
-  // ---- the sequence: its tokens and slots. Every value here is the same for the whole CTA, so the
-  // early returns are uniform. Contents the host could not check are clamped or treated as padding,
-  // never used to address outside the tensors.
-  int64_t batch_row = n, begin = 0;
-  int length = int(a.seqlen);
-  if (a.cu_seqlens) {
-    int64_t b, e;
-    if (a.cu_seqlens_i64) {
-      b = static_cast<const int64_t*>(a.cu_seqlens)[n];
-      e = static_cast<const int64_t*>(a.cu_seqlens)[n + 1];
-    } else {
-      b = static_cast<const int32_t*>(a.cu_seqlens)[n];
-      e = static_cast<const int32_t*>(a.cu_seqlens)[n + 1];
-    }
-    b = min(max(b, int64_t(0)), a.seqlen);
-    e = min(max(e, b), a.seqlen);
-    batch_row = 0;
-    begin = b;
-    length = int(min(e - b, int64_t(Tr::kMaxTokens)));
-  }
-  if (length == 0) return;  // no token: the state stays as it is
-  const int32_t* indices = a.state_indices + n * a.indices_stride;
   const bool speculative = a.slots_per_seq > 1;
-  int read_column = 0;
-  if (a.num_accepted) {
-    const int accepted = a.num_accepted[n];
-    if (accepted < 1 || accepted > a.slots_per_seq) return;  // padding (or invalid): nothing written
-    read_column = accepted - 1;
-  }
-  const int32_t read_index = indices[read_column];
-  if (read_index < 0 || read_index >= a.pool_size) return;  // padding sequence
-  // Non-negative from here on: zero-extended, its 64-bit products need no register for a sign word.
-  const uint32_t read_slot = uint32_t(read_index);
-
-  // ---- one bulk copy of this CTA's rows of S (in flight during the preparation below) ----
   State* const pool = static_cast<State*>(a.state);
-  const int64_t head_offset = int64_t(hv) * D * D + int64_t(slice) * Tr::kRows * D;
+  const int64_t stride = gridDim.x;
+
+  // One bulk copy of unit w's rows of S into state buffer `buf` (thread 0).
+  auto issue = [&](const DecodeUnit& w, int buf) {
+    const int64_t head_offset = int64_t(w.hv) * D * D + int64_t(w.slice) * Tr::kRows * D;
+    fence_proxy_async_smem();
+    mbarrier_arrive_expect_tx(&fx.state_loaded[buf], Tr::kSliceBytes);
+    bulk_copy_g2s(sm.state(buf), pool + int64_t(w.read_slot) * a.heads_v * D * D + head_offset, Tr::kSliceBytes,
+                  &fx.state_loaded[buf]);
+  };
   if (tid == 0) {
-    mbarrier_init(&sm.state_loaded, 1);
-    mbarrier_arrive_expect_tx(&sm.state_loaded, Tr::kSliceBytes);
-    bulk_copy_g2s(&sm.state[0][0], pool + int64_t(read_slot) * a.heads_v * D * D + head_offset, Tr::kSliceBytes,
-                  &sm.state_loaded);
+    mbarrier_init(&fx.state_loaded[0], 1);
+    mbarrier_init(&fx.state_loaded[1], 1);
+    const DecodeUnit first = decode_unit<Tr>(a, blockIdx.x);
+    if (first.length > 0) issue(first, 0);
   }
+  uint32_t parity = 0;  // bit b: the parity of the next wait on buffer b
+  int buf = 0;
+  for (int64_t u = blockIdx.x; u < a.units; u += stride, buf ^= a.state_buffers - 1) {
+    // The next unit's copy goes into the other buffer, whose last reads (into registers) all
+    // threads finished before the previous unit's final __syncthreads.
+    // With one buffer (the host gives two whenever a CTA has more than one unit) each unit's copy
+    // goes out when the previous unit is done with the buffer.
+    if (tid == 0) {
+      if (a.state_buffers > 1) {
+        if (u + stride < a.units) {
+          const DecodeUnit next = decode_unit<Tr>(a, u + stride);
+          if (next.length > 0) issue(next, buf ^ 1);
+        }
+      } else if (u != blockIdx.x) {
+        const DecodeUnit again = decode_unit<Tr>(a, u);
+        if (again.length > 0) issue(again, 0);
+      }
+    }
+    const DecodeUnit w = decode_unit<Tr>(a, u);
+    if (w.length == 0) continue;  // (uniform)
+    const int length = w.length, slice = w.slice, hv = w.hv, h = hv / a.group;
+    const int64_t batch_row = w.batch_row, begin = w.begin;
+    const int64_t head_offset = int64_t(hv) * D * D + int64_t(slice) * Tr::kRows * D;
+    const int32_t* indices = a.state_indices + w.n * a.indices_stride;
 
-  // ---- per-token vectors, kTokenLanes lanes per token (a warp at D = 128, a half-warp at D = 64) ----
-  // The gate form is the same for the whole grid: the branches below are uniform, and the default
-  // form (sigmoid with A_log) computes exactly what it did before the other forms existed.
-  const float gate_rate = a.softplus_gate ? expf(a.A_log[hv]) : a.A_log ? __expf(a.A_log[hv]) : 1.0f;
-  constexpr int kTokenLanes = Tr::kTokenLanes, kTokensPerWarp = Tr::kTokensPerWarp;
-  const int tl = lane % kTokenLanes;  // this lane within its token's group
-  // Every lane of a warp takes part in each pass (the sums shuffle over the full mask); a group past
-  // the last token repeats the pass's first token and stores nothing.
-  for (int t0 = warp * kTokensPerWarp; t0 < length; t0 += Tr::kWarps * kTokensPerWarp) {
-    const int t = t0 + lane / kTokenLanes;
-    const bool live = t < length;
-    const int64_t token = begin + (live ? t : t0);
-    const int c0 = 4 * tl;  // this lane's 4 channels
-    float q[4], k[4], g[4];
-    load_bf16x4(a.q + batch_row * a.q_s[0] + token * a.q_s[1] + h * a.q_s[2] + c0, q);
-    load_bf16x4(a.k + batch_row * a.k_s[0] + token * a.k_s[1] + h * a.k_s[2] + c0, k);
-    load_bf16x4(a.g + batch_row * a.g_s[0] + token * a.g_s[1] + hv * a.g_s[2] + c0, g);
-    const uint16_t* v_row = a.v + batch_row * a.v_s[0] + token * a.v_s[1] + hv * a.v_s[2] + slice * Tr::kRows;
-    for (int r = 4 * tl; r < Tr::kRows && live; r += 4 * kTokenLanes) {
-      float v4[4];
-      load_bf16x4(v_row + r, v4);
+    // ---- per-token vectors, kTokenLanes lanes per token (a warp at D = 128, a half-warp at D = 64) ----
+    // The gate form is the same for the whole grid: the branches below are uniform, and the default
+    // form (sigmoid with A_log) computes exactly what it did before the other forms existed.
+    const float gate_rate = a.softplus_gate ? expf(a.A_log[hv]) : a.A_log ? __expf(a.A_log[hv]) : 1.0f;
+    constexpr int kTokenLanes = Tr::kTokenLanes, kTokensPerWarp = Tr::kTokensPerWarp;
+    const int tl = lane % kTokenLanes;  // this lane within its token's group
+    // Every lane of a warp takes part in each pass (the sums shuffle over the full mask); a group past
+    // the last token repeats the pass's first token and stores nothing.
+    for (int t0 = warp * kTokensPerWarp; t0 < length; t0 += Tr::kWarps * kTokensPerWarp) {
+      const int t = t0 + lane / kTokenLanes;
+      const bool live = t < length;
+      const int64_t token = begin + (live ? t : t0);
+      const int c0 = 4 * tl;  // this lane's 4 channels
+      float q[4], k[4], g[4];
+      load_bf16x4(a.q + batch_row * a.q_s[0] + token * a.q_s[1] + h * a.q_s[2] + c0, q);
+      load_bf16x4(a.k + batch_row * a.k_s[0] + token * a.k_s[1] + h * a.k_s[2] + c0, k);
+      load_bf16x4(a.g + batch_row * a.g_s[0] + token * a.g_s[1] + hv * a.g_s[2] + c0, g);
+      const uint16_t* v_row = a.v + batch_row * a.v_s[0] + token * a.v_s[1] + hv * a.v_s[2] + slice * Tr::kRows;
+      for (int r = 4 * tl; r < Tr::kRows && live; r += 4 * kTokenLanes) {
+        float v4[4];
+        load_bf16x4(v_row + r, v4);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) sm.v[t][r + e] = v4[e];
-    }
-    float qq = 0.f, kk = 0.f;
+        for (int e = 0; e < 4; ++e) sm.v[t * Tr::kRows + r + e] = v4[e];
+      }
+      float qq = 0.f, kk = 0.f;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) qq += q[e] * q[e], kk += k[e] * k[e];
-    // The eps inside the root, as docs/spec.md: an all-zero key stays zero.
-    const float q_factor = a.scale * rsqrtf(lane_group_sum<kTokenLanes>(qq) + 1e-6f);
-    const float k_factor = rsqrtf(lane_group_sum<kTokenLanes>(kk) + 1e-6f);
-    float kq = 0.f;
-    float4 k4, q4, a4;
-    float* kp = &k4.x;
-    float* qp = &q4.x;
-    float* ap = &a4.x;
+      for (int e = 0; e < 4; ++e) qq += q[e] * q[e], kk += k[e] * k[e];
+      // The eps inside the root, as docs/spec.md: an all-zero key stays zero.
+      const float q_factor = a.scale * rsqrtf(lane_group_sum<kTokenLanes>(qq) + 1e-6f);
+      const float k_factor = rsqrtf(lane_group_sum<kTokenLanes>(kk) + 1e-6f);
+      float kq = 0.f;
+      float4 k4, q4, a4;
+      float* kp = &k4.x;
+      float* qp = &q4.x;
+      float* ap = &a4.x;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      kp[e] = k[e] * k_factor;
-      qp[e] = q[e] * q_factor;
-      kq += kp[e] * qp[e];
-    }
-    if (a.softplus_gate) {
+      for (int e = 0; e < 4; ++e) {
+        kp[e] = k[e] * k_factor;
+        qp[e] = q[e] * q_factor;
+        kq += kp[e] * qp[e];
+      }
+      if (a.softplus_gate) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) ap[e] = softplus_decay(gate_rate, g[e] + a.dt_bias[hv * D + c0 + e]);
-    } else {
+        for (int e = 0; e < 4; ++e) ap[e] = softplus_decay(gate_rate, g[e] + a.dt_bias[hv * D + c0 + e]);
+      } else {
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        ap[e] = __expf(a.lower_bound * sigmoid(gate_rate * (g[e] + a.dt_bias[hv * D + c0 + e])));
+        for (int e = 0; e < 4; ++e)
+          ap[e] = __expf(a.lower_bound * sigmoid(gate_rate * (g[e] + a.dt_bias[hv * D + c0 + e])));
+      }
+      kq = lane_group_sum<kTokenLanes>(kq);
+      if (!live) continue;
+      *reinterpret_cast<float4*>(&sm.k_hat[t * D + c0]) = k4;
+      *reinterpret_cast<float4*>(&sm.q_tilde[t * D + c0]) = q4;
+      *reinterpret_cast<float4*>(&sm.alpha[t * D + c0]) = a4;
+      if (tl == 0) {
+        fx.beta[t] =
+            a.beta_scale *
+            sigmoid(bf16_bits_to_float(a.beta[batch_row * a.beta_s[0] + token * a.beta_s[1] + hv * a.beta_s[2]]));
+        fx.kq[t] = kq;
+      }
     }
-    kq = lane_group_sum<kTokenLanes>(kq);
-    if (!live) continue;
-    *reinterpret_cast<float4*>(&sm.k_hat[t][c0]) = k4;
-    *reinterpret_cast<float4*>(&sm.q_tilde[t][c0]) = q4;
-    *reinterpret_cast<float4*>(&sm.alpha[t][c0]) = a4;
-    if (tl == 0) {
-      sm.beta[t] =
-          a.beta_scale *
-          sigmoid(bf16_bits_to_float(a.beta[batch_row * a.beta_s[0] + token * a.beta_s[1] + hv * a.beta_s[2]]));
-      sm.kq[t] = kq;
+    if (tid < length) {
+      int64_t slot = -1;
+      if (speculative && tid < a.slots_per_seq) {
+        slot = indices[tid];
+        if (slot >= a.pool_size) slot = -1;
+      }
+      fx.write_slot[tid] = slot;
     }
-  }
-  if (tid < length) {
-    int64_t slot = -1;
-    if (speculative && tid < a.slots_per_seq) {
-      slot = indices[tid];
-      if (slot >= a.pool_size) slot = -1;
-    }
-    sm.write_slot[tid] = slot;
-  }
-  __syncthreads();  // also orders the mbarrier's initialisation before every thread's wait
+    __syncthreads();  // also orders the mbarriers' initialisation before every thread's first wait
 
-  // ---- this thread's rows of S into registers ----
-  auto row_of = [&](int i) { return (warp * RPT + i) * Tr::kRowGroups + row_group; };  // row within the slice
-  float s[RPT][Tr::kCols];
-  mbarrier_wait(&sm.state_loaded, 0);
-#pragma unroll
-  for (int i = 0; i < RPT; ++i)
-#pragma unroll
-    for (int j = 0; j < Tr::kChunks; ++j) load_state_vec(&sm.state[row_of(i)][Tr::column(lr, j, 0)], &s[i][j * kVec]);
-
-  auto store_rows = [&](int64_t slot) {
-    State* dst = pool + slot * a.heads_v * D * D + head_offset;
+    // ---- this thread's rows of S into registers ----
+    auto row_of = [&](int i) { return (warp * RPT + i) * Tr::kRowGroups + row_group; };  // row within the slice
+    float s[RPT][Tr::kCols];
+    mbarrier_wait(&fx.state_loaded[buf], (parity >> buf) & 1u);
+    parity ^= 1u << buf;
+    const State* const st = sm.state(buf);
 #pragma unroll
     for (int i = 0; i < RPT; ++i)
 #pragma unroll
-      for (int j = 0; j < Tr::kChunks; ++j)
-        store_state_vec(dst + row_of(i) * D + Tr::column(lr, j, 0), &s[i][j * kVec]);
-  };
+      for (int j = 0; j < Tr::kChunks; ++j) load_state_vec(&st[row_of(i) * D + Tr::column(lr, j, 0)], &s[i][j * kVec]);
 
-  // ---- the tokens ----
-  for (int t = 0; t < length; ++t) {
-    float pk[RPT], pq[RPT];
+    auto store_rows = [&](int64_t slot) {
+      State* dst = pool + slot * a.heads_v * D * D + head_offset;
 #pragma unroll
-    for (int i = 0; i < RPT; ++i) pk[i] = pq[i] = 0.f;
+      for (int i = 0; i < RPT; ++i)
 #pragma unroll
-    for (int j = 0; j < Tr::kChunks; ++j) {
+        for (int j = 0; j < Tr::kChunks; ++j)
+          store_state_vec(dst + row_of(i) * D + Tr::column(lr, j, 0), &s[i][j * kVec]);
+    };
+
+    // ---- the tokens ----
+    for (int t = 0; t < length; ++t) {
+      float pk[RPT], pq[RPT];
 #pragma unroll
-      for (int e4 = 0; e4 < kVec; e4 += 4) {
-        const int c = Tr::column(lr, j, e4);
-        const float4 al = *reinterpret_cast<const float4*>(&sm.alpha[t][c]);
-        const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][c]);
-        const float4 qt = *reinterpret_cast<const float4*>(&sm.q_tilde[t][c]);
-        const float alv[4] = {al.x, al.y, al.z, al.w}, khv[4] = {kh.x, kh.y, kh.z, kh.w};
-        const float qtv[4] = {qt.x, qt.y, qt.z, qt.w};
+      for (int i = 0; i < RPT; ++i) pk[i] = pq[i] = 0.f;
 #pragma unroll
-        for (int i = 0; i < RPT; ++i)
+      for (int j = 0; j < Tr::kChunks; ++j) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float& x = s[i][j * kVec + e4 + e];
-            x *= alv[e];
-            pk[i] = fmaf(x, khv[e], pk[i]);
-            pq[i] = fmaf(x, qtv[e], pq[i]);
-          }
+        for (int e4 = 0; e4 < kVec; e4 += 4) {
+          const int c = Tr::column(lr, j, e4);
+          const float4 al = *reinterpret_cast<const float4*>(&sm.alpha[t * D + c]);
+          const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t * D + c]);
+          const float4 qt = *reinterpret_cast<const float4*>(&sm.q_tilde[t * D + c]);
+          const float alv[4] = {al.x, al.y, al.z, al.w}, khv[4] = {kh.x, kh.y, kh.z, kh.w};
+          const float qtv[4] = {qt.x, qt.y, qt.z, qt.w};
+#pragma unroll
+          for (int i = 0; i < RPT; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              float& x = s[i][j * kVec + e4 + e];
+              x *= alv[e];
+              pk[i] = fmaf(x, khv[e], pk[i]);
+              pq[i] = fmaf(x, qtv[e], pq[i]);
+            }
+        }
       }
-    }
 #pragma unroll
-    for (int o = 1; o < Tr::kLanesPerRow; o <<= 1)
+      for (int o = 1; o < Tr::kLanesPerRow; o <<= 1)
+#pragma unroll
+        for (int i = 0; i < RPT; ++i) {
+          pk[i] += __shfl_xor_sync(0xffffffffu, pk[i], o);
+          pq[i] += __shfl_xor_sync(0xffffffffu, pq[i], o);
+        }
+      const float beta = fx.beta[t], kq = fx.kq[t];
+      float delta[RPT];
 #pragma unroll
       for (int i = 0; i < RPT; ++i) {
-        pk[i] += __shfl_xor_sync(0xffffffffu, pk[i], o);
-        pq[i] += __shfl_xor_sync(0xffffffffu, pq[i], o);
+        delta[i] = beta * (sm.v[t * Tr::kRows + row_of(i)] - pk[i]);
+        if (lr == 0) sm.out[t * Tr::kRows + row_of(i)] = __float2bfloat16_rn(fmaf(delta[i], kq, pq[i]));
       }
-    const float beta = sm.beta[t], kq = sm.kq[t];
-    float delta[RPT];
 #pragma unroll
-    for (int i = 0; i < RPT; ++i) {
-      delta[i] = beta * (sm.v[t][row_of(i)] - pk[i]);
-      if (lr == 0) sm.out[t][row_of(i)] = __float2bfloat16_rn(fmaf(delta[i], kq, pq[i]));
-    }
+      for (int j = 0; j < Tr::kChunks; ++j)
 #pragma unroll
-    for (int j = 0; j < Tr::kChunks; ++j)
+        for (int e4 = 0; e4 < kVec; e4 += 4) {
+          const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t * D + Tr::column(lr, j, e4)]);
+          const float khv[4] = {kh.x, kh.y, kh.z, kh.w};
 #pragma unroll
-      for (int e4 = 0; e4 < kVec; e4 += 4) {
-        const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][Tr::column(lr, j, e4)]);
-        const float khv[4] = {kh.x, kh.y, kh.z, kh.w};
+          for (int i = 0; i < RPT; ++i)
 #pragma unroll
-        for (int i = 0; i < RPT; ++i)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[i][j * kVec + e4 + e] = fmaf(delta[i], khv[e], s[i][j * kVec + e4 + e]);
+            for (int e = 0; e < 4; ++e) s[i][j * kVec + e4 + e] = fmaf(delta[i], khv[e], s[i][j * kVec + e4 + e]);
+        }
+      if (speculative) {
+        const int64_t slot = fx.write_slot[t];
+        if (slot >= 0) store_rows(slot);
       }
-    if (speculative) {
-      const int64_t slot = sm.write_slot[t];
-      if (slot >= 0) store_rows(slot);
     }
-  }
-  // One slot per sequence: the state after the last token goes back where it came from, in place (the
-  // bulk copy completed before any thread got past mbarrier_wait, and each thread writes only its rows).
-  if (!speculative) store_rows(int64_t(read_slot));
+    // One slot per sequence: the state after the last token goes back where it came from, in place (the
+    // bulk copy completed before any thread got past mbarrier_wait, and each thread writes only its rows).
+    if (!speculative) store_rows(int64_t(w.read_slot));
 
-  // ---- out: 16-byte pieces of 8 rows, from the staging buffer ----
-  __syncthreads();
-  constexpr int kPieces = Tr::kRows / 8;
-  if (tid < length * kPieces) {
-    const int t = tid / kPieces, piece = tid % kPieces;
-    uint16_t* dst =
-        a.out + batch_row * a.out_s[0] + (begin + t) * a.out_s[1] + hv * a.out_s[2] + slice * Tr::kRows + piece * 8;
-    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&sm.out[t][piece * 8]);
+    // ---- out: 16-byte pieces of 8 rows, from the staging buffer ----
+    __syncthreads();  // (also: every thread's reads of this unit's buffer and vectors are done)
+    constexpr int kPieces = Tr::kRows / 8;
+    if (tid < length * kPieces) {
+      const int t = tid / kPieces, piece = tid % kPieces;
+      uint16_t* dst =
+          a.out + batch_row * a.out_s[0] + (begin + t) * a.out_s[1] + hv * a.out_s[2] + slice * Tr::kRows + piece * 8;
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&sm.out[t * Tr::kRows + piece * 8]);
+    }
+    // The next unit's preparation writes the vectors, beta, kq and write_slot, which this unit's
+    // token loop read before the barrier above; it writes out's staging only after its own first
+    // barrier, which every thread reaches after the out pieces above.
   }
 }
-
-// Launches the kernel for `units` = sequences × heads × Tr::kSlices CTAs (kda_decode_sm90.cu).
+// Launches the kernel on `grid` CTAs with `smem_bytes` of dynamic shared memory (kda_decode_sm90.cu).
 template <typename StateT, int kHeadDim, int kRowsPerThread>
-cudaError_t launch_kda_decode(const KdaDecodeArgs& args, int64_t units, cudaStream_t stream);
+cudaError_t launch_kda_decode(const KdaDecodeArgs& args, unsigned grid, size_t smem_bytes, cudaStream_t stream);
+
+// The grid and shared memory of a launch.
+struct DecodeLaunch {
+  unsigned grid;
+  size_t smem_bytes;
+};
+
+// Shared memory per SM (sm_90: 228 KB, 1 KB of it reserved per resident CTA) and per CTA (227 KB).
+inline constexpr size_t kSmemPerSm = 228 * 1024, kSmemPerCtaMax = 227 * 1024;
+
+// CTAs of shape Tr with `smem` bytes one SM holds: the registers' bound of __launch_bounds__
+// (kMinBlocks, a lower bound), shared memory, threads (2048 a SM).
+template <class Tr>
+constexpr int decode_ctas_per_sm(size_t smem) {
+  const int by_smem = int(kSmemPerSm / (smem + 1024));
+  const int by_threads = 2048 / Tr::kThreads;
+  int r = Tr::kMinBlocks < by_smem ? Tr::kMinBlocks : by_smem;
+  return r < by_threads ? r : by_threads;
+}
+
+// Fills a's units, token_cap and state_buffers and returns the launch for `sm_count` SMs: one CTA
+// a unit when the GPU holds them all at once; else the fewest strides of equal length that the
+// resident CTAs (with two state buffers each) cover, so that every CTA has the same number of units.
+template <class Tr>
+DecodeLaunch decode_launch(KdaDecodeArgs& a, const DecodeParams& p, int64_t pairs, int sm_count) {
+  a.units = pairs * Tr::kSlices;
+  a.token_cap = p.cu_seqlens ? Tr::kMaxTokens : int(p.seqlen < Tr::kMaxTokens ? p.seqlen : Tr::kMaxTokens);
+  using Sm = KdaDecodeSmem<Tr>;
+  const int64_t one = int64_t(sm_count) * decode_ctas_per_sm<Tr>(Sm::bytes(1, a.token_cap));
+  if (a.units <= one) {
+    a.state_buffers = 1;
+    return {unsigned(a.units), Sm::bytes(1, a.token_cap)};
+  }
+  a.state_buffers = 2;
+  const int64_t resident = int64_t(sm_count) * decode_ctas_per_sm<Tr>(Sm::bytes(2, a.token_cap));
+  const int64_t per_cta = (a.units + resident - 1) / resident;
+  return {unsigned((a.units + per_cta - 1) / per_cta), Sm::bytes(2, a.token_cap)};
+}
 
 // ---- the host side of a launch, shared by src/cuda/decode_dispatch.cu (the GPU) and
 // tests/emu/test_emu_decode.cpp (the emulation), so that both run the same arguments and shapes ----

@@ -10,6 +10,11 @@
 // the load is in flight: with register loads overlapping the preparation, 4 rows a thread needed 160
 // registers (3 CTAs an SM) or spilled.
 //
+// When the grid cannot hold one CTA a unit at once, CTAs are persistent: each works through units in
+// strides of gridDim.x with two state buffers, issuing the next unit's bulk copy before it prepares
+// and computes the current one, so that its loads stay in flight while it computes (docs/serving.md,
+// "The decode kernel").
+//
 // Work unit (one CTA of D threads): (sequence, value head, slice of kRows = 16·kRowsPerThread state
 // rows). Within a warp, D/16 lanes share a row — lane lr holds the 16 columns {j·(D/16)·kVec + lr·kVec
 // + e} of it, so the lanes' 16-byte accesses of chunk j cover D contiguous bytes (D = 128: whole
@@ -196,7 +201,8 @@ struct KdaDecodeSmem {
 
   Fixed* fixed;
   typename Tr::State* state0;  // buffer b at state0 + b · kRows · kDim (no array: b is a register)
-  float *k_hat, *q_tilde, *alpha, *v;  // [cap][D] (v: [cap][kRows])
+  static constexpr int kTokenStride = 3 * Tr::kDim;  // floats between tokens of k_hat, q_tilde, alpha
+  float *k_hat, *q_tilde, *alpha, *v;  // [cap] at kTokenStride, of D each (v: [cap][kRows])
   __nv_bfloat16* out;                  // [cap][kRows]
 
   __device__ __forceinline__ typename Tr::State* state(int buf) const { return state0 + buf * (Tr::kRows * Tr::kDim); }
@@ -204,10 +210,12 @@ struct KdaDecodeSmem {
   __device__ __forceinline__ KdaDecodeSmem(unsigned char* base, int buffers, int cap) {
     fixed = reinterpret_cast<Fixed*>(base);
     state0 = reinterpret_cast<typename Tr::State*>(base + kStateOffset);
+    // Token t's k_hat, q_tilde and alpha are adjacent (at k_hat + t · kTokenStride): one address
+    // register a token, the three vectors at fixed offsets from it.
     k_hat = reinterpret_cast<float*>(base + kStateOffset + size_t(buffers) * Tr::kSliceBytes);
-    q_tilde = k_hat + cap * Tr::kDim;
-    alpha = q_tilde + cap * Tr::kDim;
-    v = alpha + cap * Tr::kDim;
+    q_tilde = k_hat + Tr::kDim;
+    alpha = k_hat + 2 * Tr::kDim;
+    v = k_hat + cap * kTokenStride;
     out = reinterpret_cast<__nv_bfloat16*>(v + cap * Tr::kRows);
   }
 };
@@ -384,9 +392,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       }
       kq = lane_group_sum<kTokenLanes>(kq);
       if (!live) continue;
-      *reinterpret_cast<float4*>(&sm.k_hat[t * D + c0]) = k4;
-      *reinterpret_cast<float4*>(&sm.q_tilde[t * D + c0]) = q4;
-      *reinterpret_cast<float4*>(&sm.alpha[t * D + c0]) = a4;
+      *reinterpret_cast<float4*>(&sm.k_hat[t * sm.kTokenStride + c0]) = k4;
+      *reinterpret_cast<float4*>(&sm.q_tilde[t * sm.kTokenStride + c0]) = q4;
+      *reinterpret_cast<float4*>(&sm.alpha[t * sm.kTokenStride + c0]) = a4;
       if (tl == 0) {
         fx.beta[t] =
             a.beta_scale *
@@ -434,9 +442,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 #pragma unroll
         for (int e4 = 0; e4 < kVec; e4 += 4) {
           const int c = Tr::column(lr, j, e4);
-          const float4 al = *reinterpret_cast<const float4*>(&sm.alpha[t * D + c]);
-          const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t * D + c]);
-          const float4 qt = *reinterpret_cast<const float4*>(&sm.q_tilde[t * D + c]);
+          const float4 al = *reinterpret_cast<const float4*>(&sm.alpha[t * sm.kTokenStride + c]);
+          const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t * sm.kTokenStride + c]);
+          const float4 qt = *reinterpret_cast<const float4*>(&sm.q_tilde[t * sm.kTokenStride + c]);
           const float alv[4] = {al.x, al.y, al.z, al.w}, khv[4] = {kh.x, kh.y, kh.z, kh.w};
           const float qtv[4] = {qt.x, qt.y, qt.z, qt.w};
 #pragma unroll
@@ -468,7 +476,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       for (int j = 0; j < Tr::kChunks; ++j)
 #pragma unroll
         for (int e4 = 0; e4 < kVec; e4 += 4) {
-          const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t * D + Tr::column(lr, j, e4)]);
+          const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t * sm.kTokenStride + Tr::column(lr, j, e4)]);
           const float khv[4] = {kh.x, kh.y, kh.z, kh.w};
 #pragma unroll
           for (int i = 0; i < RPT; ++i)

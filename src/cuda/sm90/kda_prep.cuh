@@ -88,6 +88,15 @@ __device__ __forceinline__ float* neg_t_a_home(typename KdaPrepTraits<kD>::Tiles
   return &(t < 8 ? tl.k_tilde : tl.q_tilde)[t & 7][2 * kD + s];
 }
 
+// Y = A[b][a] (-T_a) of a pair (fp32 [t][s]), in the stash after A[b][a]: both written by warp 1 in
+// chunk b's P3, when a's k_dec has been read.
+template <class Stash>
+__device__ __forceinline__ float (*pair_y(Stash& stash))[kChunkTokens] {
+  static_assert(sizeof(Stash) >= 2 * kChunkTokens * kChunkTokens * sizeof(float), "A[b][a] and Y fit the stash");
+  return reinterpret_cast<float(*)[kChunkTokens]>(reinterpret_cast<unsigned char*>(&stash) +
+                                                  kChunkTokens * kChunkTokens * sizeof(float));
+}
+
 template <int kD>
 struct PairSink {
   static_assert(kD == 128, "32-token steps are built for K = V = 128");
@@ -182,6 +191,23 @@ struct PairSink {
         *reinterpret_cast<float2*>(&m_ba[Prepared::square_word(t, s)]) = make_float2(
             ptx::round_tf32(acc_m[n][2 * h] * scale), ptx::round_tf32(acc_m[n][2 * h + 1] * scale));
       }
+    // The epilogue's first product, beside warp 0's inverse: Y = A[b][a] (-T_a) (lane: row t = lane / 2,
+    // columns 8 (lane % 2) .. + 7), into the stash after A[b][a] (pair_y()).
+    __syncwarp();  // A[b][a] is in the stash
+    const int t = lane >> 1, s0 = 8 * (lane & 1);
+    float y[8] = {};
+#pragma unroll
+    for (int u = 0; u < C; ++u) {
+      const float x = a_ba[t][u];
+      const float* b = neg_t_a_home<kD>(ws.tl, u, s0);
+      const float4 b0 = *reinterpret_cast<const float4*>(b), b1 = *reinterpret_cast<const float4*>(b + 4);
+      const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) y[e] = fmaf(x, bv[e], y[e]);
+    }
+    float* y_row = &pair_y(stash)[t][s0];
+    *reinterpret_cast<float4*>(y_row) = make_float4(y[0], y[1], y[2], y[3]);
+    *reinterpret_cast<float4*>(y_row + 4) = make_float4(y[4], y[5], y[6], y[7]);
   }
 };
 
@@ -197,26 +223,15 @@ __device__ __forceinline__ unsigned char* prepared_chunk(const PlanArgs& p, int 
 
 // After a pair's chunk b (the group synchronised): (-T)[b][a] = (-T_b) A[b][a] (-T_a) into slot a's
 // cross block, from T = (I + diag(beta) A)^{-1} diag(beta) by blocks: T[b][a] = -T_b A[b][a] T_a.
-// Y = A[b][a] (-T_a) first (thread: row t = ptid / 8, columns 2 (ptid % 8), +1), kept in the
-// group's k_bar tile (free until the next chunk's tiles()). Every operand is in shared memory
-// (PairSink::neg_t: -T_a in the tiles' padding, -T_b over L^T; A[b][a] in the stash).
-template <int kD, class Producer>
-__device__ __forceinline__ void pair_epilogue(const Producer& pr, typename KdaPrepTraits<kD>::Smem& sm,
-                                              unsigned char* slot_a, int ptid) {
+// Y = A[b][a] (-T_a) was formed by warp 1 in chunk b's P3 (PairSink::cross, beside the inverse);
+// here (-T_b) Y (thread: row t = ptid / 8, columns 2 (ptid % 8), +1), -T_b over L^T
+// (PairSink::neg_t), all in shared memory.
+template <int kD>
+__device__ __forceinline__ void pair_epilogue(typename KdaPrepTraits<kD>::Smem& sm, unsigned char* slot_a, int ptid) {
   using Prepared = KdaPrepared<kD>;
   constexpr int C = kChunkTokens;
   const int t = ptid >> 3, s = 2 * (ptid & 7);
-  const float(*a_ba)[C] = reinterpret_cast<const float(*)[C]>(&sm.stash.k_dec[0][0]);
-  float2 y = make_float2(0.f, 0.f);
-#pragma unroll
-  for (int u = 0; u < C; ++u) {
-    const float2 b = *reinterpret_cast<const float2*>(neg_t_a_home<kD>(sm.tiles, u, s));
-    const float x = a_ba[t][u];
-    y.x = fmaf(x, b.x, y.x), y.y = fmaf(x, b.y, y.y);
-  }
-  float(*y_tile)[C] = reinterpret_cast<float(*)[C]>(&sm.group.k_bar[0][0]);
-  *reinterpret_cast<float2*>(&y_tile[t][s]) = y;
-  pr.group_sync();
+  const float(*y_tile)[C] = pair_y(sm.stash);
   const float(*neg_tb)[C] = sm.group.l_t;
   float2 r = make_float2(0.f, 0.f);
 #pragma unroll
@@ -270,7 +285,7 @@ __global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>
         [](int) {},
         [&](int i) {
           if (i & 1)
-            pair_epilogue<kD>(producer, sm, prepared_chunk<kD, true>(p, a.heads_v, n, hv, i - 1), threadIdx.x);
+            pair_epilogue<kD>(sm, prepared_chunk<kD, true>(p, a.heads_v, n, hv, i - 1), threadIdx.x);
         });
   } else {
     unsigned char* base = prepared_chunk<kD>(p, a.heads_v, n, hv, 0);

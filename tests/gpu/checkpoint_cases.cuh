@@ -25,13 +25,13 @@ struct CkptCase {
 std::vector<CkptCase> ckpt_cases() {
   std::vector<CkptCase> cs;
   auto fixed = [](const char* name, int64_t B, int64_t T) {
-    Case c;
-    c.name = name, c.batch = B, c.seqlen = T, c.H = 2;
+    Case c = fixed_case(name, B, T);
+    c.H = 2;
     return c;
   };
   auto varlen = [](const char* name, std::vector<int64_t> lens, DType state = DType::kF32) {
-    Case c;
-    c.name = name, c.lens = std::move(lens), c.H = 2, c.state = state;
+    Case c = varlen_case(name, std::move(lens));
+    c.H = 2, c.state = state;
     return c;
   };
   CkptCase k;

@@ -76,6 +76,32 @@ struct Case {
   int dim = kDefaultDim;  // K = V: 128 or 64
 };
 
+// The two shapes of a case list's entry (Case; PoolCase, DecodeCase of pool_cases.cuh and
+// decode_cases.cuh), every other field at its default: `batch` sequences of `seqlen` tokens (fixed
+// layout), or sequences of the lengths `lens` (varlen).
+template <class C = Case>
+C fixed_case(std::string name, int64_t batch, int64_t seqlen) {
+  C c;
+  c.name = std::move(name), c.batch = batch, c.seqlen = seqlen;
+  return c;
+}
+template <class C = Case>
+C varlen_case(std::string name, std::vector<int64_t> lens) {
+  C c;
+  c.name = std::move(name), c.lens = std::move(lens);
+  return c;
+}
+
+// The Case a PoolCase or DecodeCase (pool_cases.cuh, decode_cases.cuh) takes its inputs and forward
+// parameters from: its name, shape, state dtype, gate flags and head dimension.
+template <class C>
+Case forward_case(const C& x) {
+  Case c;
+  c.name = x.name, c.lens = x.lens, c.batch = x.batch, c.seqlen = x.seqlen, c.H = x.H, c.state = x.state;
+  c.no_A_log = x.no_A_log, c.neg_eigval = x.neg_eigval, c.dim = x.dim;
+  return c;
+}
+
 bool default_form(const Case& c) { return c.gate == GateForm::kSigmoid && !c.no_A_log && !c.neg_eigval; }
 
 struct Host {  // inputs and outputs of one case on the host
@@ -410,7 +436,8 @@ void report(const char* what, const std::string& name, double e_out, double e_st
                   << seed_value();
 }
 
-// K = V = 64 (the CUDA forward's second head dimension): a copy of each case named "D=64 <name>".
+// K = V = 64 (the CUDA forward's second head dimension): a copy of each case named "D=64 <name>"
+// (with_d64: of each Case or PoolCase).
 // The work-unit shapes differ from D = 128's: at most 64 rows a CTA and at most 4 slices, so (on 132
 // SMs) up to 33 (sequence, head) pairs run 4 CTAs of 1 consumer warp a pair, 34-66 pairs 2 CTAs of
 // 2, and more pairs one CTA of 4 warps; the names of the D = 128 shapes are mapped to these.
@@ -431,10 +458,11 @@ std::string d64_name(std::string name) {
 // The case's name without the "D=64 " of d64_name.
 std::string base_name(const std::string& name) { return name.rfind("D=64 ", 0) == 0 ? name.substr(5) : name; }
 
-std::vector<Case> with_d64(std::vector<Case> cs) {
+template <class C>
+std::vector<C> with_d64(std::vector<C> cs) {
   const size_t d128 = cs.size();
   for (size_t i = 0; i < d128; ++i) {
-    Case c = cs[i];
+    C c = cs[i];
     c.dim = 64;
     c.name = d64_name(c.name);
     cs.push_back(c);

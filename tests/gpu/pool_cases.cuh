@@ -23,9 +23,7 @@ struct PoolCase {
 // half of the sequences start from zeros (has_initial_state). Compares out rows and written slots
 // with the float64 reference; padding out rows and every other slot must be untouched.
 void run_prefill_pool_case(const PoolCase& pc) {
-  Case c;
-  c.name = pc.name, c.lens = pc.lens, c.batch = pc.batch, c.seqlen = pc.seqlen, c.H = pc.H, c.state = pc.state;
-  c.no_A_log = pc.no_A_log, c.neg_eigval = pc.neg_eigval, c.dim = pc.dim;
+  const Case c = forward_case(pc);
   const Host h = make_inputs(c);
   const int64_t N = h.N, D = h.dim;
   HostPool init;
@@ -146,52 +144,18 @@ void run_prefill_pool_case(const PoolCase& pc) {
 
 std::vector<PoolCase> pool_cases() {
   std::vector<PoolCase> cs;
+  const auto fixed = &fixed_case<PoolCase>;
+  const auto varlen = &varlen_case<PoolCase>;
   PoolCase c;
-  // clang-format off (one case a line)
-  c = {};
-  c.name = "varlen 300/0/17/90/5 fp32";
-  c.lens = {300, 0, 17, 90, 5};
-  cs.push_back(c);
-  c = {};
-  c.name = "fixed B=4 T=64 bf16";
-  c.batch = 4;
-  c.seqlen = 64;
-  c.state = DType::kBF16;
-  cs.push_back(c);
-  c = {};
-  c.name = "20 pairs (2 consumer warps)";
-  c.batch = 5;
-  c.seqlen = 48;
-  cs.push_back(c);
-  c = {};
-  c.name = "100 pairs (8 consumer warps) bf16";
-  c.batch = 25;
-  c.seqlen = 37;
-  c.state = DType::kBF16;
-  cs.push_back(c);
-  c = {};
-  c.name = "neg eigval+A_log=None varlen fp32";
-  c.lens = {300, 0, 17, 90, 5};
-  c.no_A_log = true;
-  c.neg_eigval = true;
-  cs.push_back(c);
-  c = {};
-  c.name = "neg eigval fixed B=4 T=64 bf16";
-  c.batch = 4;
-  c.seqlen = 64;
-  c.state = DType::kBF16;
-  c.neg_eigval = true;
+  // clang-format off
+  cs.push_back(varlen("varlen 300/0/17/90/5 fp32", {300, 0, 17, 90, 5}));
+  c = fixed("fixed B=4 T=64 bf16", 4, 64); c.state = DType::kBF16; cs.push_back(c);
+  cs.push_back(fixed("20 pairs (2 consumer warps)", 5, 48));
+  c = fixed("100 pairs (8 consumer warps) bf16", 25, 37); c.state = DType::kBF16; cs.push_back(c);
+  c = varlen("neg eigval+A_log=None varlen fp32", {300, 0, 17, 90, 5}); c.no_A_log = true; c.neg_eigval = true; cs.push_back(c);
+  c = fixed("neg eigval fixed B=4 T=64 bf16", 4, 64); c.state = DType::kBF16; c.neg_eigval = true; cs.push_back(c);
   // clang-format on
-  cs.push_back(c);
-  // Every case again at K = V = 64.
-  const size_t d128 = cs.size();
-  for (size_t i = 0; i < d128; ++i) {
-    c = cs[i];
-    c.dim = 64;
-    c.name = d64_name(c.name);
-    cs.push_back(c);
-  }
-  return cs;
+  return with_d64(cs);  // every case again at K = V = 64
 }
 
 }  // namespace

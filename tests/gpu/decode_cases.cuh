@@ -41,17 +41,8 @@ DecodeSetup make_decode_setup(const DecodeCase& dc) {
   d.h = make_inputs(c);
   const int64_t N = d.h.N, HV = d.h.HV, S = dc.S;
   d.stride = dc.stride ? dc.stride : S;
-  d.pool.dtype = dc.state;
-  d.pool.per_slot = HV * dc.dim * dc.dim;
-  d.pool.P = N * S + 7;
-  if (dc.state == DType::kF32) {
-    d.pool.f32.assign(d.pool.P * d.pool.per_slot, std::nanf(""));
-  } else {
-    d.pool.bf16.assign(d.pool.P * d.pool.per_slot, 0xffff);
-  }
-  std::vector<int32_t> slots(d.pool.P);
-  std::iota(slots.begin(), slots.end(), 0);
-  std::shuffle(slots.begin(), slots.end(), rng());
+  d.pool = poisoned_pool(dc.state, HV * dc.dim * dc.dim, N * S + 7);
+  const std::vector<int32_t> slots = shuffled_slots(d.pool.P);
   d.indices.assign(N * d.stride, 1 << 30);  // columns past S: never read
   for (int64_t n = 0; n < N; ++n)
     for (int64_t s = 0; s < S; ++s) d.indices[n * d.stride + s] = slots[n * S + s];
@@ -76,14 +67,7 @@ DecodeSetup make_decode_setup(const DecodeCase& dc) {
     if (!d.active[n]) continue;
     const int64_t len = d.h.cu.empty() ? d.h.T : d.h.cu[n + 1] - d.h.cu[n];
     const int64_t read = d.indices[n * d.stride + d.accepted[n] - 1];
-    for (int64_t i = 0; i < d.pool.per_slot; ++i) {
-      const float x = d.h.s0[n * d.pool.per_slot + i];
-      if (dc.state == DType::kF32) {
-        d.pool.f32[read * d.pool.per_slot + i] = x;
-      } else {
-        d.pool.bf16[read * d.pool.per_slot + i] = float_to_bf16(x);
-      }
-    }
+    store_slot(d.pool, read, d.h.s0.data() + n * d.pool.per_slot);
     if (S == 1) {
       if (len > 0) d.written.insert(read);
     } else {
@@ -135,20 +119,19 @@ void run_decode_backend(const DecodeCase& dc, const DecodeSetup& d, Backend back
     }
     return;
   }
-  uint16_t *dq = upload(h.q), *dk = upload(h.k), *dv = upload(h.v), *dg = upload(h.g), *dbeta = upload(h.beta);
+  const DeviceInputs in(h);
   uint16_t* dout = upload(out);
-  float *dA = upload(h.A_log), *ddt = upload(h.dt_bias);
   int32_t *didx = upload(d.indices), *dacc = upload(d.accepted);
-  int64_t* dcu = h.cu.empty() ? nullptr : upload(h.cu);
   void* dpool = nullptr;
   CUDA_OK(cudaMalloc(&dpool, pool.bytes()));
   CUDA_OK(cudaMemcpy(dpool, pool.data(), pool.bytes(), cudaMemcpyHostToDevice));
-  p.q = dq, p.k = dk, p.v = dv, p.g = dg, p.beta = dbeta, p.A_log = dc.no_A_log ? nullptr : dA, p.dt_bias = ddt;
+  p.q = in.q, p.k = in.k, p.v = in.v, p.g = in.g, p.beta = in.beta, p.A_log = dc.no_A_log ? nullptr : in.A_log;
+  p.dt_bias = in.dt_bias;
   p.out = dout;
   p.state = dpool;
   p.state_indices = didx;
   p.num_accepted_tokens = dc.accepted ? dacc : nullptr;
-  p.cu_seqlens = dcu;
+  p.cu_seqlens = in.cu;
   const Status st = decode(p, nullptr);
   if (!st.ok()) {
     std::printf("  decode failed: %s\n", st.message.c_str());
@@ -157,10 +140,7 @@ void run_decode_backend(const DecodeCase& dc, const DecodeSetup& d, Backend back
   CUDA_OK(cudaDeviceSynchronize());
   out = download(dout, out.size());
   CUDA_OK(cudaMemcpy(pool.data(), dpool, pool.bytes(), cudaMemcpyDeviceToHost));
-  for (void* ptr :
-       {static_cast<void*>(dq), static_cast<void*>(dk), static_cast<void*>(dv), static_cast<void*>(dg),
-        static_cast<void*>(dbeta), static_cast<void*>(dout), static_cast<void*>(dA), static_cast<void*>(ddt),
-        static_cast<void*>(didx), static_cast<void*>(dacc), static_cast<void*>(dcu), dpool})
+  for (void* ptr : {static_cast<void*>(dout), static_cast<void*>(didx), static_cast<void*>(dacc), dpool})
     if (ptr) cudaFree(ptr);
 }
 

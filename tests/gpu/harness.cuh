@@ -492,5 +492,115 @@ struct HostPool {
 
 size_t dtype_bytes(DType d) { return d == DType::kF32 ? 4 : 2; }
 
+// A pool of P slots of per_slot values, every byte NaN (so that a stray write shows).
+HostPool poisoned_pool(DType dtype, int64_t per_slot, int64_t P) {
+  HostPool pool;
+  pool.dtype = dtype;
+  pool.per_slot = per_slot;
+  pool.P = P;
+  if (dtype == DType::kF32) {
+    pool.f32.assign(P * per_slot, std::nanf(""));
+  } else {
+    pool.bf16.assign(P * per_slot, 0xffff);
+  }
+  return pool;
+}
+
+// Stores per_slot values (fp32; bf16-rounded in a bf16 pool) into one slot of the pool.
+void store_slot(HostPool& pool, int64_t slot, const float* x) {
+  for (int64_t i = 0; i < pool.per_slot; ++i) {
+    if (pool.dtype == DType::kF32) {
+      pool.f32[slot * pool.per_slot + i] = x[i];
+    } else {
+      pool.bf16[slot * pool.per_slot + i] = float_to_bf16(x[i]);
+    }
+  }
+}
+
+// The slots 0..P-1 in a random order.
+std::vector<int32_t> shuffled_slots(int64_t P) {
+  std::vector<int32_t> slots(P);
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), rng());
+  return slots;
+}
+
+// A Host's inputs on the device (cu: int64 cumulative lengths, null for a fixed batch), freed with it.
+struct DeviceInputs {
+  uint16_t *q, *k, *v, *g, *beta;
+  float *A_log, *dt_bias;
+  int64_t* cu;
+  explicit DeviceInputs(const Host& h)
+      : q(upload(h.q)),
+        k(upload(h.k)),
+        v(upload(h.v)),
+        g(upload(h.g)),
+        beta(upload(h.beta)),
+        A_log(upload(h.A_log)),
+        dt_bias(upload(h.dt_bias)),
+        cu(h.cu.empty() ? nullptr : upload(h.cu)) {}
+  DeviceInputs(const DeviceInputs&) = delete;
+  DeviceInputs& operator=(const DeviceInputs&) = delete;
+  ~DeviceInputs() {
+    for (void* ptr :
+         {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(g),
+          static_cast<void*>(beta), static_cast<void*>(A_log), static_cast<void*>(dt_bias), static_cast<void*>(cu)})
+      if (ptr) cudaFree(ptr);
+  }
+};
+
+// A call on a state pool (prefill or decode) against the reference's call: the out rows of the
+// sequences seq_active names against the reference's (every other row must still be poisoned, 0xffff),
+// the slots slot_written names against the reference's (every other slot byte for byte as in `init`).
+// written: all of that held and every compared value is finite.
+struct PoolComparison {
+  std::vector<float> got, ref, s_got, s_ref;
+  bool written = true;
+};
+
+PoolComparison compare_pool_run(const Host& h, const std::function<bool(int64_t)>& seq_active,
+                                const std::vector<uint16_t>& out_got, const std::vector<uint16_t>& out_ref,
+                                const HostPool& init, const HostPool& pool_got, const HostPool& pool_ref,
+                                const std::function<bool(int64_t)>& slot_written) {
+  PoolComparison r;
+  for (int64_t n = 0; n < h.N; ++n) {
+    const int64_t b = h.cu.empty() ? n * h.T : h.cu[n], e = h.cu.empty() ? (n + 1) * h.T : h.cu[n + 1];
+    for (int64_t i = b * h.HV * h.dim; i < e * h.HV * h.dim; ++i) {
+      if (!seq_active(n)) {
+        r.written &= out_got[i] == 0xffff;  // untouched
+        continue;
+      }
+      r.got.push_back(bf16_to_float(out_got[i]));
+      r.ref.push_back(bf16_to_float(out_ref[i]));
+      r.written &= std::isfinite(r.got.back());
+    }
+  }
+  for (int64_t s = 0; s < init.P; ++s) {
+    if (!slot_written(s)) {
+      r.written &= pool_got.slot_equal(init, s);  // byte for byte
+      continue;
+    }
+    for (int64_t i = s * init.per_slot; i < (s + 1) * init.per_slot; ++i) {
+      r.s_got.push_back(pool_got.at(i));
+      r.s_ref.push_back(pool_ref.at(i));
+      r.written &= std::isfinite(r.s_got.back());
+    }
+  }
+  return r;
+}
+
+// The result line of a PoolComparison (report; an error of nothing compared is 0).
+void report_pool_run(const char* what, const std::string& name, const PoolComparison& r, double tol_out,
+                     double tol_state) {
+  report(what, name, r.got.empty() ? 0 : rel(r.got, r.ref), r.s_got.empty() ? 0 : rel(r.s_got, r.s_ref), r.written,
+         tol_out, tol_state);
+}
+
+// The result line and the failure of a call that failed (what: backend and plan, as in report).
+void report_call_failed(const std::string& what, const std::string& name, const char* call, const Status& st) {
+  std::printf("  %-7s %-34s %s failed: %s  FAIL\n", what.c_str(), name.c_str(), call, st.message.c_str());
+  ADD_FAILURE() << what << " " << name << ": " << call << " failed: " << st.message;
+}
+
 }  // namespace
 }  // namespace flash_kda::gpu_test

@@ -152,8 +152,7 @@ TEST(CudaForward, SoftplusGate) {
       const Result got = run_backend(c, h, Backend::kCuda, &written, &st);
       const std::string what = "cuda/" + plan.name;
       if (!st.ok()) {
-        std::printf("  %-7s %-34s fwd failed: %s  FAIL\n", what.c_str(), c.name.c_str(), st.message.c_str());
-        ADD_FAILURE() << what << " " << c.name << ": fwd failed: " << st.message;
+        report_call_failed(what, c.name, "fwd", st);
         continue;
       }
       const double tol_out = got.out.size() < kFewOutputs ? kTolOutFew : kTolOut;

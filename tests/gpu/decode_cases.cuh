@@ -80,19 +80,10 @@ DecodeSetup make_decode_setup(const DecodeCase& dc) {
 
 DecodeParams decode_params(const DecodeCase& dc, const Host& h) {
   DecodeParams p;
-  p.batch = h.B, p.seqlen = h.T, p.heads = h.H, p.heads_v = h.HV;
-  p.head_dim_k = p.head_dim_v = h.dim;
-  p.scale = 1.f / std::sqrt(float(h.dim));
-  p.lower_bound = -5.f;
-  p.gate = dc.gate;
-  p.allow_neg_eigval = dc.neg_eigval;
+  set_problem(p, h, -5.f, dc.gate, dc.neg_eigval, DType::kI64);
   p.state_dtype = dc.state;
   p.slots_per_seq = dc.S;
   p.state_indices_stride = dc.stride;
-  if (!h.cu.empty()) {
-    p.num_seqs = h.N;
-    p.cu_seqlens_dtype = DType::kI64;
-  }
   return p;
 }
 

@@ -197,20 +197,26 @@ std::vector<uint16_t> state_to_bf16(const std::vector<float>& s) {
   return r;
 }
 
-// Fills params for host or device buffers (identical layouts).
-FwdParams make_params(const Case& c, const Host& h) {
-  FwdParams p;
+// The shape, scale and gate of a forward or decode call on h (make_params, decode_params);
+// cu_dtype: the cumulative lengths' dtype when h is varlen.
+void set_problem(ProblemParams& p, const Host& h, float lower_bound, GateForm gate, bool neg_eigval, DType cu_dtype) {
   p.batch = h.B, p.seqlen = h.T, p.heads = h.H, p.heads_v = h.HV;
   p.head_dim_k = p.head_dim_v = h.dim;
   p.scale = 1.f / std::sqrt(float(h.dim));
-  p.lower_bound = c.lower_bound;
-  p.gate = c.gate;
-  p.allow_neg_eigval = c.neg_eigval;
-  p.state_dtype = c.state;
+  p.lower_bound = lower_bound;
+  p.gate = gate;
+  p.allow_neg_eigval = neg_eigval;
   if (!h.cu.empty()) {
     p.num_seqs = h.N;
-    p.cu_seqlens_dtype = c.i32 ? DType::kI32 : DType::kI64;
+    p.cu_seqlens_dtype = cu_dtype;
   }
+}
+
+// Fills params for host or device buffers (identical layouts).
+FwdParams make_params(const Case& c, const Host& h) {
+  FwdParams p;
+  set_problem(p, h, c.lower_bound, c.gate, c.neg_eigval, c.i32 ? DType::kI32 : DType::kI64);
+  p.state_dtype = c.state;
   return p;
 }
 

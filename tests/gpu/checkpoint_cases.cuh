@@ -25,76 +25,30 @@ struct CkptCase {
 std::vector<CkptCase> ckpt_cases() {
   std::vector<CkptCase> cs;
   auto fixed = [](const char* name, int64_t B, int64_t T) {
-    Case c;
-    c.name = name, c.batch = B, c.seqlen = T, c.H = 2;
+    Case c = fixed_case(name, B, T);
+    c.H = 2;
     return c;
   };
   auto varlen = [](const char* name, std::vector<int64_t> lens, DType state = DType::kF32) {
-    Case c;
-    c.name = name, c.lens = std::move(lens), c.H = 2, c.state = state;
+    Case c = varlen_case(name, std::move(lens));
+    c.H = 2, c.state = state;
     return c;
   };
   CkptCase k;
-  k = {};
-  k.base = fixed("ckpt fixed B=2 T=100 I=16 start 0", 2, 100);
-  k.interval = 16;
-  cs.push_back(k);
-  k = {};
-  k.base = fixed("ckpt fixed B=4 T=59 I=16 starts 5/31/1000/0 i32", 4, 59);
-  k.starts = {5, 31, 1000, 0};  // 5 + 59 = 64: a boundary at the last token
-  k.i32_start = true;
-  k.interval = 16;
-  cs.push_back(k);
-  k = {};
-  k.base = varlen("ckpt varlen I=64 bf16 pool, -1 slots", {59, 0, 1, 300, 128, 17, 200});
-  k.starts = {5, 3, 63, 31, 0, 1000, 64};  // last-token boundary (seq 0), 1 token to a boundary (seq 2)
-  k.interval = 64;
-  k.pool = DType::kBF16;
-  k.skip_some = true;
-  cs.push_back(k);
-  k = {};
-  k.base = varlen("ckpt varlen I=16 bf16 states, 1-token", {1, 1, 16, 33, 0, 47}, DType::kBF16);
-  k.starts = {15, 0, 16, 7, 9, 1};
-  k.interval = 16;
-  cs.push_back(k);
-  k = {};
-  k.base = varlen("ckpt more boundaries than columns", {200, 50, 129});
-  k.starts = {0, 8, 13};
-  k.interval = 16;
-  k.columns = 2;
-  cs.push_back(k);
-  k = {};
-  k.base = varlen("ckpt I=1024 start 1000", {100, 2000, 1024});
-  k.starts = {1000, 1000, 0};
-  k.interval = 1024;
-  cs.push_back(k);
-  k = {};
-  k.base = varlen("ckpt state pool fp32 (state_indices)", {40, 100, 33, 0});
-  k.starts = {16, 8, 0, 5};
-  k.interval = 32;
-  k.state_pool = true;
-  k.skip_some = true;
-  cs.push_back(k);
-  k = {};
-  k.base = varlen("ckpt state pool bf16 (state_indices)", {40, 100, 33}, DType::kBF16);
-  k.starts = {17, 8, 30};
-  k.interval = 16;
-  k.pool = DType::kBF16;
-  k.state_pool = true;
-  cs.push_back(k);
-  k = {};
-  k.base = varlen("ckpt 20000 + short I=256 (split)", {20000, 300, 5, 1, 0, 77});
-  k.starts = {1000, 5, 31, 255, 3, 4096};
-  k.interval = 256;
-  k.extra_plans = {"split:1", "split:4", "split"};
-  cs.push_back(k);
-  k = {};
-  k.base = fixed("ckpt fixed B=1 T=5000 I=64 start 37 (split)", 1, 5000);
-  k.starts = {37};
-  k.interval = 64;
-  k.pool = DType::kBF16;
-  k.extra_plans = {"split:1", "split:4", "split:16"};
-  cs.push_back(k);
+  // clang-format off
+  k = {}; k.base = fixed("ckpt fixed B=2 T=100 I=16 start 0", 2, 100); k.interval = 16; cs.push_back(k);
+  // 5 + 59 = 64: a boundary at the last token
+  k = {}; k.base = fixed("ckpt fixed B=4 T=59 I=16 starts 5/31/1000/0 i32", 4, 59); k.starts = {5, 31, 1000, 0}; k.i32_start = true; k.interval = 16; cs.push_back(k);
+  // last-token boundary (seq 0), 1 token to a boundary (seq 2)
+  k = {}; k.base = varlen("ckpt varlen I=64 bf16 pool, -1 slots", {59, 0, 1, 300, 128, 17, 200}); k.starts = {5, 3, 63, 31, 0, 1000, 64}; k.interval = 64; k.pool = DType::kBF16; k.skip_some = true; cs.push_back(k);
+  k = {}; k.base = varlen("ckpt varlen I=16 bf16 states, 1-token", {1, 1, 16, 33, 0, 47}, DType::kBF16); k.starts = {15, 0, 16, 7, 9, 1}; k.interval = 16; cs.push_back(k);
+  k = {}; k.base = varlen("ckpt more boundaries than columns", {200, 50, 129}); k.starts = {0, 8, 13}; k.interval = 16; k.columns = 2; cs.push_back(k);
+  k = {}; k.base = varlen("ckpt I=1024 start 1000", {100, 2000, 1024}); k.starts = {1000, 1000, 0}; k.interval = 1024; cs.push_back(k);
+  k = {}; k.base = varlen("ckpt state pool fp32 (state_indices)", {40, 100, 33, 0}); k.starts = {16, 8, 0, 5}; k.interval = 32; k.state_pool = true; k.skip_some = true; cs.push_back(k);
+  k = {}; k.base = varlen("ckpt state pool bf16 (state_indices)", {40, 100, 33}, DType::kBF16); k.starts = {17, 8, 30}; k.interval = 16; k.pool = DType::kBF16; k.state_pool = true; cs.push_back(k);
+  k = {}; k.base = varlen("ckpt 20000 + short I=256 (split)", {20000, 300, 5, 1, 0, 77}); k.starts = {1000, 5, 31, 255, 3, 4096}; k.interval = 256; k.extra_plans = {"split:1", "split:4", "split"}; cs.push_back(k);
+  k = {}; k.base = fixed("ckpt fixed B=1 T=5000 I=64 start 37 (split)", 1, 5000); k.starts = {37}; k.interval = 64; k.pool = DType::kBF16; k.extra_plans = {"split:1", "split:4", "split:16"}; cs.push_back(k);
+  // clang-format on
   // Every case again at K = V = 64 (with its forced splits).
   const size_t d128 = cs.size();
   for (size_t i = 0; i < d128; ++i) {

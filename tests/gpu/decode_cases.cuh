@@ -10,8 +10,8 @@ namespace {
 struct DecodeCase {
   std::string name;
   int64_t batch = 3;          // sequences of the fixed layout
-  int T = 1;                  // tokens per sequence (fixed layout)
-  std::vector<int64_t> lens;  // varlen lengths (each <= 8); overrides batch and T
+  int seqlen = 1;             // tokens per sequence (fixed layout)
+  std::vector<int64_t> lens;  // varlen lengths (each <= 8); overrides batch and seqlen
   int H = 4, HV = 0;
   DType state = DType::kF32;
   int S = 1;                           // slots per sequence (> 1: speculative)
@@ -34,30 +34,15 @@ struct DecodeSetup {
 };
 
 DecodeSetup make_decode_setup(const DecodeCase& dc) {
-  Case c;
-  c.lens = dc.lens;
-  c.batch = dc.batch;
-  c.seqlen = dc.T;
-  c.H = dc.H;
+  Case c = forward_case(dc);
   c.HV = dc.HV;
-  c.state = dc.state;
   c.extreme = dc.extreme;
-  c.dim = dc.dim;
   DecodeSetup d;
   d.h = make_inputs(c);
   const int64_t N = d.h.N, HV = d.h.HV, S = dc.S;
   d.stride = dc.stride ? dc.stride : S;
-  d.pool.dtype = dc.state;
-  d.pool.per_slot = HV * dc.dim * dc.dim;
-  d.pool.P = N * S + 7;
-  if (dc.state == DType::kF32) {
-    d.pool.f32.assign(d.pool.P * d.pool.per_slot, std::nanf(""));
-  } else {
-    d.pool.bf16.assign(d.pool.P * d.pool.per_slot, 0xffff);
-  }
-  std::vector<int32_t> slots(d.pool.P);
-  std::iota(slots.begin(), slots.end(), 0);
-  std::shuffle(slots.begin(), slots.end(), rng());
+  d.pool = poisoned_pool(dc.state, HV * dc.dim * dc.dim, N * S + 7);
+  const std::vector<int32_t> slots = shuffled_slots(d.pool.P);
   d.indices.assign(N * d.stride, 1 << 30);  // columns past S: never read
   for (int64_t n = 0; n < N; ++n)
     for (int64_t s = 0; s < S; ++s) d.indices[n * d.stride + s] = slots[n * S + s];
@@ -82,14 +67,7 @@ DecodeSetup make_decode_setup(const DecodeCase& dc) {
     if (!d.active[n]) continue;
     const int64_t len = d.h.cu.empty() ? d.h.T : d.h.cu[n + 1] - d.h.cu[n];
     const int64_t read = d.indices[n * d.stride + d.accepted[n] - 1];
-    for (int64_t i = 0; i < d.pool.per_slot; ++i) {
-      const float x = d.h.s0[n * d.pool.per_slot + i];
-      if (dc.state == DType::kF32) {
-        d.pool.f32[read * d.pool.per_slot + i] = x;
-      } else {
-        d.pool.bf16[read * d.pool.per_slot + i] = float_to_bf16(x);
-      }
-    }
+    store_slot(d.pool, read, d.h.s0.data() + n * d.pool.per_slot);
     if (S == 1) {
       if (len > 0) d.written.insert(read);
     } else {
@@ -102,19 +80,10 @@ DecodeSetup make_decode_setup(const DecodeCase& dc) {
 
 DecodeParams decode_params(const DecodeCase& dc, const Host& h) {
   DecodeParams p;
-  p.batch = h.B, p.seqlen = h.T, p.heads = h.H, p.heads_v = h.HV;
-  p.head_dim_k = p.head_dim_v = h.dim;
-  p.scale = 1.f / std::sqrt(float(h.dim));
-  p.lower_bound = -5.f;
-  p.gate = dc.gate;
-  p.allow_neg_eigval = dc.neg_eigval;
+  set_problem(p, h, -5.f, dc.gate, dc.neg_eigval, DType::kI64);
   p.state_dtype = dc.state;
   p.slots_per_seq = dc.S;
   p.state_indices_stride = dc.stride;
-  if (!h.cu.empty()) {
-    p.num_seqs = h.N;
-    p.cu_seqlens_dtype = DType::kI64;
-  }
   return p;
 }
 
@@ -141,20 +110,19 @@ void run_decode_backend(const DecodeCase& dc, const DecodeSetup& d, Backend back
     }
     return;
   }
-  uint16_t *dq = upload(h.q), *dk = upload(h.k), *dv = upload(h.v), *dg = upload(h.g), *dbeta = upload(h.beta);
+  const DeviceInputs in(h);
   uint16_t* dout = upload(out);
-  float *dA = upload(h.A_log), *ddt = upload(h.dt_bias);
   int32_t *didx = upload(d.indices), *dacc = upload(d.accepted);
-  int64_t* dcu = h.cu.empty() ? nullptr : upload(h.cu);
   void* dpool = nullptr;
   CUDA_OK(cudaMalloc(&dpool, pool.bytes()));
   CUDA_OK(cudaMemcpy(dpool, pool.data(), pool.bytes(), cudaMemcpyHostToDevice));
-  p.q = dq, p.k = dk, p.v = dv, p.g = dg, p.beta = dbeta, p.A_log = dc.no_A_log ? nullptr : dA, p.dt_bias = ddt;
+  p.q = in.q, p.k = in.k, p.v = in.v, p.g = in.g, p.beta = in.beta, p.A_log = dc.no_A_log ? nullptr : in.A_log;
+  p.dt_bias = in.dt_bias;
   p.out = dout;
   p.state = dpool;
   p.state_indices = didx;
   p.num_accepted_tokens = dc.accepted ? dacc : nullptr;
-  p.cu_seqlens = dcu;
+  p.cu_seqlens = in.cu;
   const Status st = decode(p, nullptr);
   if (!st.ok()) {
     std::printf("  decode failed: %s\n", st.message.c_str());
@@ -163,274 +131,61 @@ void run_decode_backend(const DecodeCase& dc, const DecodeSetup& d, Backend back
   CUDA_OK(cudaDeviceSynchronize());
   out = download(dout, out.size());
   CUDA_OK(cudaMemcpy(pool.data(), dpool, pool.bytes(), cudaMemcpyDeviceToHost));
-  for (void* ptr :
-       {static_cast<void*>(dq), static_cast<void*>(dk), static_cast<void*>(dv), static_cast<void*>(dg),
-        static_cast<void*>(dbeta), static_cast<void*>(dout), static_cast<void*>(dA), static_cast<void*>(ddt),
-        static_cast<void*>(didx), static_cast<void*>(dacc), static_cast<void*>(dcu), dpool})
+  for (void* ptr : {static_cast<void*>(dout), static_cast<void*>(didx), static_cast<void*>(dacc), dpool})
     if (ptr) cudaFree(ptr);
 }
 
 std::vector<DecodeCase> decode_cases() {
   std::vector<DecodeCase> cs;
   auto add = [&](DecodeCase c) { cs.push_back(c); };
+  const auto decode_fixed = &fixed_case<DecodeCase>;
+  const auto decode_varlen = &varlen_case<DecodeCase>;
   DecodeCase c;
   for (int T : {1, 4, 8})
     for (DType st : {DType::kF32, DType::kBF16}) {
-      c = {};
-      c.name = "T=" + std::to_string(T) + " B=5 H=4 " + dtype_name(st);
-      c.batch = 5, c.T = T, c.state = st;
+      c = decode_fixed("T=" + std::to_string(T) + " B=5 H=4 " + dtype_name(st), 5, T);
+      c.state = st;
       add(c);
     }
-  // clang-format off (one case a line)
-  c = {};
-  c.name = "T=2 GVA HV=2H";
-  c.batch = 3;
-  c.T = 2;
-  c.H = 2;
-  c.HV = 4;
-  add(c);
-  c = {};
-  c.name = "varlen 1/0/8/3";
-  c.lens = {1, 0, 8, 3};
-  add(c);
-  c = {};
-  c.name = "padding T=3 fp32";
-  c.batch = 4;
-  c.T = 3;
-  c.padding = true;
-  add(c);
-  c = {};
-  c.name = "padding T=1 bf16";
-  c.batch = 4;
-  c.T = 1;
-  c.padding = true;
-  c.state = DType::kBF16;
-  add(c);
-  c = {};
-  c.name = "spec S=4 T=4 accepted";
-  c.batch = 5;
-  c.T = 4;
-  c.S = 4;
-  c.accepted = true;
-  add(c);
-  c = {};
-  c.name = "spec S=4 T=2 stride 6 bf16";
-  c.batch = 5;
-  c.T = 2;
-  c.S = 4;
-  c.stride = 6;
-  c.accepted = true;
-  // clang-format on
-  c.state = DType::kBF16;
-  add(c);
-  // clang-format off (one case a line)
-  c = {};
-  c.name = "spec S=8 T=8 column 0";
-  c.batch = 3;
-  c.T = 8;
-  c.S = 8;
-  add(c);
-  c = {};
-  c.name = "spec S=3 padding";
-  c.batch = 4;
-  c.T = 3;
-  c.S = 3;
-  c.accepted = true;
-  c.padding = true;
-  add(c);
-  c = {};
-  c.name = "spec varlen 3/1/0/4 S=4";
-  c.lens = {3, 1, 0, 4};
-  c.S = 4;
-  c.accepted = true;
-  add(c);
-  // clang-format on
+  // clang-format off
+  c = decode_fixed("T=2 GVA HV=2H", 3, 2); c.H = 2; c.HV = 4; add(c);
+  add(decode_varlen("varlen 1/0/8/3", {1, 0, 8, 3}));
+  c = decode_fixed("padding T=3 fp32", 4, 3); c.padding = true; add(c);
+  c = decode_fixed("padding T=1 bf16", 4, 1); c.padding = true; c.state = DType::kBF16; add(c);
+  c = decode_fixed("spec S=4 T=4 accepted", 5, 4); c.S = 4; c.accepted = true; add(c);
+  c = decode_fixed("spec S=4 T=2 stride 6 bf16", 5, 2); c.S = 4; c.stride = 6; c.accepted = true; c.state = DType::kBF16; add(c);
+  c = decode_fixed("spec S=8 T=8 column 0", 3, 8); c.S = 8; add(c);
+  c = decode_fixed("spec S=3 padding", 4, 3); c.S = 3; c.accepted = true; c.padding = true; add(c);
+  c = decode_varlen("spec varlen 3/1/0/4 S=4", {3, 1, 0, 4}); c.S = 4; c.accepted = true; add(c);
   // Kernel shapes: (sequence, head) pairs decide the rows per thread (1, 2 or 4 on 132 SMs).
-  // clang-format off (one case a line)
-  c = {};
-  c.name = "160 pairs (2 rows a thread)";
-  c.batch = 40;
-  c.T = 2;
-  add(c);
-  c = {};
-  c.name = "160 pairs bf16 padding";
-  c.batch = 40;
-  c.T = 3;
-  c.state = DType::kBF16;
-  c.padding = true;
-  add(c);
-  c = {};
-  c.name = "320 pairs (4 rows a thread)";
-  c.batch = 80;
-  c.T = 1;
-  add(c);
-  c = {};
-  c.name = "320 pairs bf16 spec";
-  c.batch = 80;
-  c.T = 2;
-  c.S = 2;
-  c.accepted = true;
-  c.state = DType::kBF16;
-  // clang-format on
-  add(c);
+  add(decode_fixed("160 pairs (2 rows a thread)", 40, 2));
+  c = decode_fixed("160 pairs bf16 padding", 40, 3); c.state = DType::kBF16; c.padding = true; add(c);
+  add(decode_fixed("320 pairs (4 rows a thread)", 80, 1));
+  c = decode_fixed("320 pairs bf16 spec", 80, 2); c.S = 2; c.accepted = true; c.state = DType::kBF16; add(c);
   // The gate forms (docs/spec.md, "Gate forms"): the sigmoid gate at rate 1 (A_log absent), the
   // softplus gate (no floor) and beta = 2 sigmoid(logit), on every decode path; then extreme softplus
   // gates (see Extreme), where the kernel must give no NaN or Inf.
-  // clang-format off (one case a line)
-  c = {};
-  c.name = "A_log=None T=4 B=5 fp32";
-  c.batch = 5;
-  c.T = 4;
-  c.no_A_log = true;
-  add(c);
-  c = {};
-  c.name = "A_log=None spec S=4 T=2 stride 6 bf16";
-  c.batch = 5;
-  c.T = 2;
-  c.S = 4;
-  c.stride = 6;
-  c.accepted = true;
-  c.state = DType::kBF16;
-  c.no_A_log = true;
-  add(c);
-  c = {};
-  c.name = "neg eigval T=8 B=5 fp32";
-  c.batch = 5;
-  c.T = 8;
-  c.neg_eigval = true;
-  add(c);
-  c = {};
-  c.name = "neg eigval varlen 1/0/8/3 bf16";
-  c.lens = {1, 0, 8, 3};
-  c.state = DType::kBF16;
-  c.neg_eigval = true;
-  add(c);
-  c = {};
-  c.name = "neg eigval+A_log=None padding T=3";
-  c.batch = 4;
-  c.T = 3;
-  c.padding = true;
-  c.no_A_log = true;
-  c.neg_eigval = true;
-  add(c);
-  c = {};
-  c.name = "softplus T=1 B=5 fp32";
-  c.batch = 5;
-  c.gate = GateForm::kSoftplus;
-  add(c);
-  c = {};
-  c.name = "softplus T=8 B=5 bf16";
-  c.batch = 5;
-  c.T = 8;
-  c.state = DType::kBF16;
-  c.gate = GateForm::kSoftplus;
-  add(c);
-  c = {};
-  c.name = "softplus T=2 GVA HV=2H";
-  c.batch = 3;
-  c.T = 2;
-  c.H = 2;
-  c.HV = 4;
-  c.gate = GateForm::kSoftplus;
-  add(c);
-  c = {};
-  c.name = "softplus spec S=4 T=4 accepted";
-  c.batch = 5;
-  c.T = 4;
-  c.S = 4;
-  c.accepted = true;
-  c.gate = GateForm::kSoftplus;
-  add(c);
-  c = {};
-  c.name = "softplus spec S=3 padding bf16";
-  c.batch = 4;
-  c.T = 3;
-  c.S = 3;
-  c.accepted = true;
-  c.padding = true;
-  c.state = DType::kBF16;
-  c.gate = GateForm::kSoftplus;
-  add(c);
-  c = {};
-  c.name = "softplus+neg eigval varlen 1/0/8/3";
-  c.lens = {1, 0, 8, 3};
-  c.gate = GateForm::kSoftplus;
-  c.neg_eigval = true;
-  add(c);
-  c = {};
-  c.name = "softplus 160 pairs (2 rows a thread)";
-  c.batch = 40;
-  c.T = 2;
-  c.gate = GateForm::kSoftplus;
-  add(c);
-  c = {};
-  c.name = "softplus 320 pairs bf16";
-  c.batch = 80;
-  c.T = 1;
-  c.state = DType::kBF16;
-  c.gate = GateForm::kSoftplus;
-  add(c);
-  c = {};
-  c.name = "softplus e^-200 in one token T=4";
-  c.batch = 5;
-  c.T = 4;
-  c.gate = GateForm::kSoftplus;
-  c.extreme = Extreme::kOneToken200;
-  add(c);
-  c = {};
-  c.name = "softplus e^-200 spec S=4 neg eigval";
-  c.batch = 5;
-  c.T = 4;
-  c.S = 4;
-  c.accepted = true;
-  c.gate = GateForm::kSoftplus;
-  c.neg_eigval = true;
-  c.extreme = Extreme::kOneToken200;
-  add(c);
-  c = {};
-  c.name = "softplus e^-1e4 over 8 tokens";
-  c.batch = 5;
-  c.T = 8;
-  c.gate = GateForm::kSoftplus;
-  c.extreme = Extreme::kChunk1e4;
-  add(c);
-  c = {};
-  c.name = "softplus e^-1e4 varlen 1/0/8/3 bf16";
-  c.lens = {1, 0, 8, 3};
-  c.state = DType::kBF16;
-  c.gate = GateForm::kSoftplus;
-  c.extreme = Extreme::kChunk1e4;
-  add(c);
-  c = {};
-  c.name = "softplus no decay g=-1e4 T=8";
-  c.batch = 5;
-  c.T = 8;
-  c.gate = GateForm::kSoftplus;
-  c.extreme = Extreme::kNoDecay;
-  add(c);
-  c = {};
-  c.name = "softplus g=3e38/1e4 (infinite) T=3";
-  c.batch = 4;
-  c.T = 3;
-  c.H = 2;
-  c.gate = GateForm::kSoftplus;
-  c.extreme = Extreme::kInfinite;
-  add(c);
-  c = {};
-  c.name = "softplus A_log=80, g=-100 half, bf16";
-  c.batch = 5;
-  c.T = 4;
-  c.state = DType::kBF16;
-  c.gate = GateForm::kSoftplus;
-  c.extreme = Extreme::kHugeRate;
-  add(c);
-  c = {};
-  c.name = "A_log=None g=3e38/1e4 T=3";
-  c.batch = 4;
-  c.T = 3;
-  c.no_A_log = true;
-  c.extreme = Extreme::kInfinite;
-  add(c);
+  c = decode_fixed("A_log=None T=4 B=5 fp32", 5, 4); c.no_A_log = true; add(c);
+  c = decode_fixed("A_log=None spec S=4 T=2 stride 6 bf16", 5, 2); c.S = 4; c.stride = 6; c.accepted = true; c.state = DType::kBF16; c.no_A_log = true; add(c);
+  c = decode_fixed("neg eigval T=8 B=5 fp32", 5, 8); c.neg_eigval = true; add(c);
+  c = decode_varlen("neg eigval varlen 1/0/8/3 bf16", {1, 0, 8, 3}); c.state = DType::kBF16; c.neg_eigval = true; add(c);
+  c = decode_fixed("neg eigval+A_log=None padding T=3", 4, 3); c.padding = true; c.no_A_log = true; c.neg_eigval = true; add(c);
+  c = decode_fixed("softplus T=1 B=5 fp32", 5, 1); c.gate = GateForm::kSoftplus; add(c);
+  c = decode_fixed("softplus T=8 B=5 bf16", 5, 8); c.state = DType::kBF16; c.gate = GateForm::kSoftplus; add(c);
+  c = decode_fixed("softplus T=2 GVA HV=2H", 3, 2); c.H = 2; c.HV = 4; c.gate = GateForm::kSoftplus; add(c);
+  c = decode_fixed("softplus spec S=4 T=4 accepted", 5, 4); c.S = 4; c.accepted = true; c.gate = GateForm::kSoftplus; add(c);
+  c = decode_fixed("softplus spec S=3 padding bf16", 4, 3); c.S = 3; c.accepted = true; c.padding = true; c.state = DType::kBF16; c.gate = GateForm::kSoftplus; add(c);
+  c = decode_varlen("softplus+neg eigval varlen 1/0/8/3", {1, 0, 8, 3}); c.gate = GateForm::kSoftplus; c.neg_eigval = true; add(c);
+  c = decode_fixed("softplus 160 pairs (2 rows a thread)", 40, 2); c.gate = GateForm::kSoftplus; add(c);
+  c = decode_fixed("softplus 320 pairs bf16", 80, 1); c.state = DType::kBF16; c.gate = GateForm::kSoftplus; add(c);
+  c = decode_fixed("softplus e^-200 in one token T=4", 5, 4); c.gate = GateForm::kSoftplus; c.extreme = Extreme::kOneToken200; add(c);
+  c = decode_fixed("softplus e^-200 spec S=4 neg eigval", 5, 4); c.S = 4; c.accepted = true; c.gate = GateForm::kSoftplus; c.neg_eigval = true; c.extreme = Extreme::kOneToken200; add(c);
+  c = decode_fixed("softplus e^-1e4 over 8 tokens", 5, 8); c.gate = GateForm::kSoftplus; c.extreme = Extreme::kChunk1e4; add(c);
+  c = decode_varlen("softplus e^-1e4 varlen 1/0/8/3 bf16", {1, 0, 8, 3}); c.state = DType::kBF16; c.gate = GateForm::kSoftplus; c.extreme = Extreme::kChunk1e4; add(c);
+  c = decode_fixed("softplus no decay g=-1e4 T=8", 5, 8); c.gate = GateForm::kSoftplus; c.extreme = Extreme::kNoDecay; add(c);
+  c = decode_fixed("softplus g=3e38/1e4 (infinite) T=3", 4, 3); c.H = 2; c.gate = GateForm::kSoftplus; c.extreme = Extreme::kInfinite; add(c);
+  c = decode_fixed("softplus A_log=80, g=-100 half, bf16", 5, 4); c.state = DType::kBF16; c.gate = GateForm::kSoftplus; c.extreme = Extreme::kHugeRate; add(c);
+  c = decode_fixed("A_log=None g=3e38/1e4 T=3", 4, 3); c.no_A_log = true; c.extreme = Extreme::kInfinite; add(c);
   // clang-format on
   // K = V = 64: every case above again (gate forms, fp32/bf16 pools, padding, T = 1..8, speculative
   // rows with accepted counts, varlen, GVA, extreme gates). The kernel-shape cases get the batches of

@@ -76,6 +76,32 @@ struct Case {
   int dim = kDefaultDim;  // K = V: 128 or 64
 };
 
+// The two shapes of a case list's entry (Case; PoolCase, DecodeCase of pool_cases.cuh and
+// decode_cases.cuh), every other field at its default: `batch` sequences of `seqlen` tokens (fixed
+// layout), or sequences of the lengths `lens` (varlen).
+template <class C = Case>
+C fixed_case(std::string name, int64_t batch, int64_t seqlen) {
+  C c;
+  c.name = std::move(name), c.batch = batch, c.seqlen = seqlen;
+  return c;
+}
+template <class C = Case>
+C varlen_case(std::string name, std::vector<int64_t> lens) {
+  C c;
+  c.name = std::move(name), c.lens = std::move(lens);
+  return c;
+}
+
+// The Case a PoolCase or DecodeCase (pool_cases.cuh, decode_cases.cuh) takes its inputs and forward
+// parameters from: its name, shape, state dtype, gate flags and head dimension.
+template <class C>
+Case forward_case(const C& x) {
+  Case c;
+  c.name = x.name, c.lens = x.lens, c.batch = x.batch, c.seqlen = x.seqlen, c.H = x.H, c.state = x.state;
+  c.no_A_log = x.no_A_log, c.neg_eigval = x.neg_eigval, c.dim = x.dim;
+  return c;
+}
+
 bool default_form(const Case& c) { return c.gate == GateForm::kSigmoid && !c.no_A_log && !c.neg_eigval; }
 
 struct Host {  // inputs and outputs of one case on the host
@@ -171,20 +197,26 @@ std::vector<uint16_t> state_to_bf16(const std::vector<float>& s) {
   return r;
 }
 
-// Fills params for host or device buffers (identical layouts).
-FwdParams make_params(const Case& c, const Host& h) {
-  FwdParams p;
+// The shape, scale and gate of a forward or decode call on h (make_params, decode_params);
+// cu_dtype: the cumulative lengths' dtype when h is varlen.
+void set_problem(ProblemParams& p, const Host& h, float lower_bound, GateForm gate, bool neg_eigval, DType cu_dtype) {
   p.batch = h.B, p.seqlen = h.T, p.heads = h.H, p.heads_v = h.HV;
   p.head_dim_k = p.head_dim_v = h.dim;
   p.scale = 1.f / std::sqrt(float(h.dim));
-  p.lower_bound = c.lower_bound;
-  p.gate = c.gate;
-  p.allow_neg_eigval = c.neg_eigval;
-  p.state_dtype = c.state;
+  p.lower_bound = lower_bound;
+  p.gate = gate;
+  p.allow_neg_eigval = neg_eigval;
   if (!h.cu.empty()) {
     p.num_seqs = h.N;
-    p.cu_seqlens_dtype = c.i32 ? DType::kI32 : DType::kI64;
+    p.cu_seqlens_dtype = cu_dtype;
   }
+}
+
+// Fills params for host or device buffers (identical layouts).
+FwdParams make_params(const Case& c, const Host& h) {
+  FwdParams p;
+  set_problem(p, h, c.lower_bound, c.gate, c.neg_eigval, c.i32 ? DType::kI32 : DType::kI64);
+  p.state_dtype = c.state;
   return p;
 }
 
@@ -410,7 +442,8 @@ void report(const char* what, const std::string& name, double e_out, double e_st
                   << seed_value();
 }
 
-// K = V = 64 (the CUDA forward's second head dimension): a copy of each case named "D=64 <name>".
+// K = V = 64 (the CUDA forward's second head dimension): a copy of each case named "D=64 <name>"
+// (with_d64: of each Case or PoolCase).
 // The work-unit shapes differ from D = 128's: at most 64 rows a CTA and at most 4 slices, so (on 132
 // SMs) up to 33 (sequence, head) pairs run 4 CTAs of 1 consumer warp a pair, 34-66 pairs 2 CTAs of
 // 2, and more pairs one CTA of 4 warps; the names of the D = 128 shapes are mapped to these.
@@ -431,10 +464,11 @@ std::string d64_name(std::string name) {
 // The case's name without the "D=64 " of d64_name.
 std::string base_name(const std::string& name) { return name.rfind("D=64 ", 0) == 0 ? name.substr(5) : name; }
 
-std::vector<Case> with_d64(std::vector<Case> cs) {
+template <class C>
+std::vector<C> with_d64(std::vector<C> cs) {
   const size_t d128 = cs.size();
   for (size_t i = 0; i < d128; ++i) {
-    Case c = cs[i];
+    C c = cs[i];
     c.dim = 64;
     c.name = d64_name(c.name);
     cs.push_back(c);
@@ -463,6 +497,116 @@ struct HostPool {
 };
 
 size_t dtype_bytes(DType d) { return d == DType::kF32 ? 4 : 2; }
+
+// A pool of P slots of per_slot values, every byte NaN (so that a stray write shows).
+HostPool poisoned_pool(DType dtype, int64_t per_slot, int64_t P) {
+  HostPool pool;
+  pool.dtype = dtype;
+  pool.per_slot = per_slot;
+  pool.P = P;
+  if (dtype == DType::kF32) {
+    pool.f32.assign(P * per_slot, std::nanf(""));
+  } else {
+    pool.bf16.assign(P * per_slot, 0xffff);
+  }
+  return pool;
+}
+
+// Stores per_slot values (fp32; bf16-rounded in a bf16 pool) into one slot of the pool.
+void store_slot(HostPool& pool, int64_t slot, const float* x) {
+  for (int64_t i = 0; i < pool.per_slot; ++i) {
+    if (pool.dtype == DType::kF32) {
+      pool.f32[slot * pool.per_slot + i] = x[i];
+    } else {
+      pool.bf16[slot * pool.per_slot + i] = float_to_bf16(x[i]);
+    }
+  }
+}
+
+// The slots 0..P-1 in a random order.
+std::vector<int32_t> shuffled_slots(int64_t P) {
+  std::vector<int32_t> slots(P);
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), rng());
+  return slots;
+}
+
+// A Host's inputs on the device (cu: int64 cumulative lengths, null for a fixed batch), freed with it.
+struct DeviceInputs {
+  uint16_t *q, *k, *v, *g, *beta;
+  float *A_log, *dt_bias;
+  int64_t* cu;
+  explicit DeviceInputs(const Host& h)
+      : q(upload(h.q)),
+        k(upload(h.k)),
+        v(upload(h.v)),
+        g(upload(h.g)),
+        beta(upload(h.beta)),
+        A_log(upload(h.A_log)),
+        dt_bias(upload(h.dt_bias)),
+        cu(h.cu.empty() ? nullptr : upload(h.cu)) {}
+  DeviceInputs(const DeviceInputs&) = delete;
+  DeviceInputs& operator=(const DeviceInputs&) = delete;
+  ~DeviceInputs() {
+    for (void* ptr :
+         {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(g),
+          static_cast<void*>(beta), static_cast<void*>(A_log), static_cast<void*>(dt_bias), static_cast<void*>(cu)})
+      if (ptr) cudaFree(ptr);
+  }
+};
+
+// A call on a state pool (prefill or decode) against the reference's call: the out rows of the
+// sequences seq_active names against the reference's (every other row must still be poisoned, 0xffff),
+// the slots slot_written names against the reference's (every other slot byte for byte as in `init`).
+// written: all of that held and every compared value is finite.
+struct PoolComparison {
+  std::vector<float> got, ref, s_got, s_ref;
+  bool written = true;
+};
+
+PoolComparison compare_pool_run(const Host& h, const std::function<bool(int64_t)>& seq_active,
+                                const std::vector<uint16_t>& out_got, const std::vector<uint16_t>& out_ref,
+                                const HostPool& init, const HostPool& pool_got, const HostPool& pool_ref,
+                                const std::function<bool(int64_t)>& slot_written) {
+  PoolComparison r;
+  for (int64_t n = 0; n < h.N; ++n) {
+    const int64_t b = h.cu.empty() ? n * h.T : h.cu[n], e = h.cu.empty() ? (n + 1) * h.T : h.cu[n + 1];
+    for (int64_t i = b * h.HV * h.dim; i < e * h.HV * h.dim; ++i) {
+      if (!seq_active(n)) {
+        r.written &= out_got[i] == 0xffff;  // untouched
+        continue;
+      }
+      r.got.push_back(bf16_to_float(out_got[i]));
+      r.ref.push_back(bf16_to_float(out_ref[i]));
+      r.written &= std::isfinite(r.got.back());
+    }
+  }
+  for (int64_t s = 0; s < init.P; ++s) {
+    if (!slot_written(s)) {
+      r.written &= pool_got.slot_equal(init, s);  // byte for byte
+      continue;
+    }
+    for (int64_t i = s * init.per_slot; i < (s + 1) * init.per_slot; ++i) {
+      r.s_got.push_back(pool_got.at(i));
+      r.s_ref.push_back(pool_ref.at(i));
+      r.written &= std::isfinite(r.s_got.back());
+    }
+  }
+  return r;
+}
+
+// The result line of a PoolComparison (report; an error of nothing compared is 0).
+void report_pool_run(const char* what, const std::string& name, const PoolComparison& r, double tol_out,
+                     double tol_state) {
+  report(what, name, r.got.empty() ? 0 : rel(r.got, r.ref), r.s_got.empty() ? 0 : rel(r.s_got, r.s_ref), r.written,
+         tol_out, tol_state);
+}
+
+// The result line and the failure of a call that failed (what: backend and plan, as in report).
+void report_call_failed(const std::string& what, const std::string& name, const char* call, const Status& st) {
+  std::printf("  %-7s %-34s %s failed: %s  FAIL\n", what.c_str(), name.c_str(), call, st.message.c_str());
+  ADD_FAILURE() << what << " " << name << ": " << call << " failed: " << st.message;
+}
 
 }  // namespace
 }  // namespace flash_kda::gpu_test

@@ -23,23 +23,11 @@ struct PoolCase {
 // half of the sequences start from zeros (has_initial_state). Compares out rows and written slots
 // with the float64 reference; padding out rows and every other slot must be untouched.
 void run_prefill_pool_case(const PoolCase& pc) {
-  Case c;
-  c.name = pc.name, c.lens = pc.lens, c.batch = pc.batch, c.seqlen = pc.seqlen, c.H = pc.H, c.state = pc.state;
-  c.no_A_log = pc.no_A_log, c.neg_eigval = pc.neg_eigval, c.dim = pc.dim;
+  const Case c = forward_case(pc);
   const Host h = make_inputs(c);
   const int64_t N = h.N, D = h.dim;
-  HostPool init;
-  init.dtype = pc.state;
-  init.per_slot = h.HV * D * D;
-  init.P = 2 * N + 3;
-  if (pc.state == DType::kF32) {
-    init.f32.assign(init.P * init.per_slot, std::nanf(""));
-  } else {
-    init.bf16.assign(init.P * init.per_slot, 0xffff);
-  }
-  std::vector<int32_t> slots(init.P);
-  std::iota(slots.begin(), slots.end(), 0);
-  std::shuffle(slots.begin(), slots.end(), rng());
+  HostPool init = poisoned_pool(pc.state, h.HV * D * D, 2 * N + 3);
+  const std::vector<int32_t> slots = shuffled_slots(init.P);
   std::vector<int32_t> idx(slots.begin(), slots.begin() + N), idx_gpu;
   std::vector<uint8_t> has_init(N);
   std::bernoulli_distribution coin(0.5);
@@ -47,17 +35,8 @@ void run_prefill_pool_case(const PoolCase& pc) {
   if (N > 1) idx[1] = -1;
   idx_gpu = idx;
   if (N > 2) idx[2] = -1, idx_gpu[2] = int32_t(init.P + 5);
-  for (int64_t n = 0; n < N; ++n) {
-    if (idx[n] < 0) continue;
-    for (int64_t i = 0; i < init.per_slot; ++i) {
-      const float x = h.s0[n * init.per_slot + i];
-      if (pc.state == DType::kF32) {
-        init.f32[idx[n] * init.per_slot + i] = x;
-      } else {
-        init.bf16[idx[n] * init.per_slot + i] = float_to_bf16(x);
-      }
-    }
-  }
+  for (int64_t n = 0; n < N; ++n)
+    if (idx[n] >= 0) store_slot(init, idx[n], h.s0.data() + n * init.per_slot);
   std::vector<int32_t> cu32(h.cu.begin(), h.cu.end());
   const size_t n_out = h.B * h.T * h.HV * D;
   auto run = [&](Backend backend, std::vector<uint16_t>& out, HostPool& pool) {
@@ -80,21 +59,19 @@ void run_prefill_pool_case(const PoolCase& pc) {
       }
       return;
     }
-    uint16_t *dq = upload(h.q), *dk = upload(h.k), *dv = upload(h.v), *dg = upload(h.g), *dbeta = upload(h.beta);
+    const DeviceInputs in(h);
     uint16_t* dout = upload(out);
-    float *dA = upload(h.A_log), *ddt = upload(h.dt_bias);
     int32_t* didx = upload(idx_gpu);
     uint8_t* dhas = upload(has_init);
-    int64_t* dcu = h.cu.empty() ? nullptr : upload(h.cu);
     void* dpool = nullptr;
     CUDA_OK(cudaMalloc(&dpool, pool.bytes()));
     CUDA_OK(cudaMemcpy(dpool, pool.data(), pool.bytes(), cudaMemcpyHostToDevice));
-    p.q = dq, p.k = dk, p.v = dv, p.g = dg, p.beta = dbeta, p.A_log = c.no_A_log ? nullptr : dA;
-    p.dt_bias = ddt, p.out = dout;
+    p.q = in.q, p.k = in.k, p.v = in.v, p.g = in.g, p.beta = in.beta, p.A_log = c.no_A_log ? nullptr : in.A_log;
+    p.dt_bias = in.dt_bias, p.out = dout;
     p.initial_state = p.final_state = dpool;
     p.state_indices = didx;
     p.has_initial_state = dhas;
-    p.cu_seqlens = dcu;
+    p.cu_seqlens = in.cu;
     const Status st = run_fwd(p, nullptr);
     if (!st.ok()) {
       std::printf("  fwd failed: %s\n", st.message.c_str());
@@ -103,95 +80,35 @@ void run_prefill_pool_case(const PoolCase& pc) {
     CUDA_OK(cudaDeviceSynchronize());
     out = download(dout, n_out);
     CUDA_OK(cudaMemcpy(pool.data(), dpool, pool.bytes(), cudaMemcpyDeviceToHost));
-    for (void* ptr :
-         {static_cast<void*>(dq), static_cast<void*>(dk), static_cast<void*>(dv), static_cast<void*>(dg),
-          static_cast<void*>(dbeta), static_cast<void*>(dout), static_cast<void*>(dA), static_cast<void*>(ddt),
-          static_cast<void*>(didx), static_cast<void*>(dhas), static_cast<void*>(dcu), dpool})
+    for (void* ptr : {static_cast<void*>(dout), static_cast<void*>(didx), static_cast<void*>(dhas), dpool})
       if (ptr) cudaFree(ptr);
   };
   std::vector<uint16_t> out_ref, out_gpu;
   HostPool pool_ref, pool_gpu;
   run(Backend::kCpuReference, out_ref, pool_ref);
   run(Backend::kCuda, out_gpu, pool_gpu);
-  std::vector<float> got, ref, s_got, s_ref;
-  bool written = true;
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t b = h.cu.empty() ? n * h.T : h.cu[n], e = h.cu.empty() ? (n + 1) * h.T : h.cu[n + 1];
-    for (int64_t i = b * h.HV * D; i < e * h.HV * D; ++i) {
-      if (idx[n] < 0) {
-        written &= out_gpu[i] == 0xffff;
-        continue;
-      }
-      got.push_back(bf16_to_float(out_gpu[i]));
-      ref.push_back(bf16_to_float(out_ref[i]));
-      written &= std::isfinite(got.back());
-    }
-  }
-  std::set<int64_t> active(idx.begin(), idx.end());
-  for (int64_t s = 0; s < init.P; ++s) {
-    if (!active.count(s)) {
-      written &= pool_gpu.slot_equal(init, s);
-      continue;
-    }
-    for (int64_t i = s * init.per_slot; i < (s + 1) * init.per_slot; ++i) {
-      s_got.push_back(pool_gpu.at(i));
-      s_ref.push_back(pool_ref.at(i));
-      written &= std::isfinite(s_got.back());
-    }
-  }
+  const std::set<int64_t> active(idx.begin(), idx.end());
+  const PoolComparison r = compare_pool_run(
+      h, [&](int64_t n) { return idx[n] >= 0; }, out_gpu, out_ref, init, pool_gpu, pool_ref,
+      [&](int64_t s) { return active.count(s) > 0; });
   const double tol_state = pc.state == DType::kF32 ? kTolStateF32 : kTolStateBF16;
-  report("pool", pc.name, got.empty() ? 0 : rel(got, ref), s_got.empty() ? 0 : rel(s_got, s_ref), written, kTolOut,
-         tol_state);
+  report_pool_run("pool", pc.name, r, kTolOut, tol_state);
 }
 
 std::vector<PoolCase> pool_cases() {
   std::vector<PoolCase> cs;
+  const auto fixed = &fixed_case<PoolCase>;
+  const auto varlen = &varlen_case<PoolCase>;
   PoolCase c;
-  // clang-format off (one case a line)
-  c = {};
-  c.name = "varlen 300/0/17/90/5 fp32";
-  c.lens = {300, 0, 17, 90, 5};
-  cs.push_back(c);
-  c = {};
-  c.name = "fixed B=4 T=64 bf16";
-  c.batch = 4;
-  c.seqlen = 64;
-  c.state = DType::kBF16;
-  cs.push_back(c);
-  c = {};
-  c.name = "20 pairs (2 consumer warps)";
-  c.batch = 5;
-  c.seqlen = 48;
-  cs.push_back(c);
-  c = {};
-  c.name = "100 pairs (8 consumer warps) bf16";
-  c.batch = 25;
-  c.seqlen = 37;
-  c.state = DType::kBF16;
-  cs.push_back(c);
-  c = {};
-  c.name = "neg eigval+A_log=None varlen fp32";
-  c.lens = {300, 0, 17, 90, 5};
-  c.no_A_log = true;
-  c.neg_eigval = true;
-  cs.push_back(c);
-  c = {};
-  c.name = "neg eigval fixed B=4 T=64 bf16";
-  c.batch = 4;
-  c.seqlen = 64;
-  c.state = DType::kBF16;
-  c.neg_eigval = true;
+  // clang-format off
+  cs.push_back(varlen("varlen 300/0/17/90/5 fp32", {300, 0, 17, 90, 5}));
+  c = fixed("fixed B=4 T=64 bf16", 4, 64); c.state = DType::kBF16; cs.push_back(c);
+  cs.push_back(fixed("20 pairs (2 consumer warps)", 5, 48));
+  c = fixed("100 pairs (8 consumer warps) bf16", 25, 37); c.state = DType::kBF16; cs.push_back(c);
+  c = varlen("neg eigval+A_log=None varlen fp32", {300, 0, 17, 90, 5}); c.no_A_log = true; c.neg_eigval = true; cs.push_back(c);
+  c = fixed("neg eigval fixed B=4 T=64 bf16", 4, 64); c.state = DType::kBF16; c.neg_eigval = true; cs.push_back(c);
   // clang-format on
-  cs.push_back(c);
-  // Every case again at K = V = 64.
-  const size_t d128 = cs.size();
-  for (size_t i = 0; i < d128; ++i) {
-    c = cs[i];
-    c.dim = 64;
-    c.name = d64_name(c.name);
-    cs.push_back(c);
-  }
-  return cs;
+  return with_d64(cs);  // every case again at K = V = 64
 }
 
 }  // namespace

@@ -31,9 +31,7 @@ TEST(CudaCheckpoints, EveryCase) {
       const CkptResult got = run_ckpt(k, h, s, Backend::kCuda);
       const std::string what = "cuda/" + plan.name;
       if (!got.status.ok()) {
-        std::printf("  %-7s %-34s fwd failed: %s  FAIL\n", what.c_str(), k.base.name.c_str(),
-                    got.status.message.c_str());
-        ADD_FAILURE() << what << " " << k.base.name << ": fwd failed: " << got.status.message;
+        report_call_failed(what, k.base.name, "fwd", got.status);
         continue;
       }
       double worst = 0;

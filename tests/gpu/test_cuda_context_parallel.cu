@@ -19,11 +19,7 @@ TEST(CudaContextParallel, TransitionAndCompose) {
                           {"D=64 varlen 200/0/77", {200, 0, 77}, 0, 0, 64, GateForm::kSigmoid},
                           {"softplus varlen 150/33 GVA", {150, 33}, 0, 0, 128, GateForm::kSoftplus}};
   for (const CpCase& cc : cases) {
-    Case c;
-    c.name = cc.name;
-    c.lens = cc.lens;
-    c.batch = cc.batch;
-    c.seqlen = cc.seqlen;
+    Case c = cc.lens.empty() ? fixed_case(cc.name, cc.batch, cc.seqlen) : varlen_case(cc.name, cc.lens);
     c.dim = cc.dim;
     c.gate = cc.gate;
     c.g_shift = -7.f;

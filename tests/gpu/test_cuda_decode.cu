@@ -15,37 +15,13 @@ TEST(CudaDecode, AgainstFloat64Reference) {
     HostPool pool_ref, pool_gpu;
     run_decode_backend(dc, d, Backend::kCpuReference, out_ref, pool_ref);
     run_decode_backend(dc, d, Backend::kCuda, out_gpu, pool_gpu);
-    // out: active sequences' rows against the reference; padding rows still poisoned.
-    const Host& h = d.h;
-    std::vector<float> got, ref;
-    bool written = true;
-    for (int64_t n = 0; n < h.N; ++n) {
-      const int64_t b = h.cu.empty() ? n * h.T : h.cu[n], e = h.cu.empty() ? (n + 1) * h.T : h.cu[n + 1];
-      for (int64_t i = b * h.HV * h.dim; i < e * h.HV * h.dim; ++i) {
-        if (!d.active[n]) {
-          written &= out_gpu[i] == 0xffff;  // untouched
-          continue;
-        }
-        got.push_back(bf16_to_float(out_gpu[i]));
-        ref.push_back(bf16_to_float(out_ref[i]));
-        written &= std::isfinite(got.back());
-      }
-    }
-    std::vector<float> s_got, s_ref;
-    for (int64_t s = 0; s < d.pool.P; ++s) {
-      if (!d.written.count(s)) {
-        written &= pool_gpu.slot_equal(d.pool, s);  // byte for byte
-        continue;
-      }
-      for (int64_t i = s * d.pool.per_slot; i < (s + 1) * d.pool.per_slot; ++i) {
-        s_got.push_back(pool_gpu.at(i));
-        s_ref.push_back(pool_ref.at(i));
-        written &= std::isfinite(s_got.back());
-      }
-    }
+    // out: active sequences' rows against the reference; padding rows still poisoned; the slots the
+    // call does not write byte for byte.
+    const PoolComparison r = compare_pool_run(
+        d.h, [&](int64_t n) { return bool(d.active[n]); }, out_gpu, out_ref, d.pool, pool_gpu, pool_ref,
+        [&](int64_t s) { return d.written.count(s) > 0; });
     const double tol_state = dc.state == DType::kF32 ? kTolDecodeStateF32 : kTolDecodeStateBF16;
-    report("decode", dc.name, got.empty() ? 0 : rel(got, ref), s_got.empty() ? 0 : rel(s_got, s_ref), written,
-           kTolDecodeOut, tol_state);
+    report_pool_run("decode", dc.name, r, kTolDecodeOut, tol_state);
   }
 }
 

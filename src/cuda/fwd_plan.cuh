@@ -136,25 +136,22 @@ inline HostPlan make_plan(const FwdParams& p, int sm_count) {
     h.device_decides = false;
     return h;
   }
+  // With checkpoints a sequence's grid is shifted by up to 15 tokens (ceil((len + shift) / 16)
+  // chunks): at most one more chunk each.
+  const int64_t slack = checkpoints ? kChunk - 1 : 0;
+  const int64_t longest = ceil_div(p.seqlen + slack, kChunk);  // no sequence has more chunks
+  h.seg_chunks = h.kind == FwdPlan::kSplit ? split_segment_chunks(p, HV, longest, sm_count) : longest + 1;
   // 32-token steps where walk_tokens asks for them, and by default (0) where they measured faster
   // on the H200: fixed batches whose sequences the split plan cuts (docs/kernel.md, "32-token
   // steps": -1 to -3 % there; +2 % on a split packed batch and up to +6 % unsplit, where the
   // preparation's extra cost is not repaid).
-  const bool pairs_pay = h.kind == FwdPlan::kSplit && p.cu_seqlens == nullptr && [&] {
-    const int64_t c = ceil_div(p.seqlen, kChunk), L = split_segment_chunks(p, HV, c, sm_count);
-    return sm90::first_segment_chunks(L) + L < c;
-  }();
+  const bool pairs_pay = p.cu_seqlens == nullptr && sm90::first_segment_chunks(h.seg_chunks) + h.seg_chunks < longest;
   h.pair = (p.walk_tokens == 32 || (p.walk_tokens == 0 && pairs_pay)) && pair_steps_supported(p);
-  // Sum of ceil(len / 16) over the sequences: at most T / 16 + N packed, B * ceil(T / 16) fixed.
-  // With checkpoints a sequence's grid is shifted by up to 15 tokens (ceil((len + shift) / 16)
-  // chunks): at most one more chunk each, T / 16 + 2N packed. Pairs round every count up to even:
-  // one more chunk each.
-  const int64_t slack = checkpoints ? kChunk - 1 : 0;
+  // Sum of ceil(len / 16) over the sequences: at most T / 16 + N packed (T / 16 + 2N with
+  // checkpoints), B * ceil(T / 16) fixed. Pairs round every count up to even: one more chunk each.
   h.max_chunks = p.cu_seqlens ? p.seqlen / kChunk + (checkpoints || h.pair ? 2 : 1) * N
                               : N * ceil_div(p.seqlen + slack, kChunk);
   if (h.pair && !p.cu_seqlens) h.max_chunks = N * even_up(ceil_div(p.seqlen, kChunk));
-  const int64_t longest = ceil_div(p.seqlen + slack, kChunk);  // no sequence has more chunks
-  h.seg_chunks = h.kind == FwdPlan::kSplit ? split_segment_chunks(p, HV, longest, sm_count) : longest + 1;
   h.seg0_chunks = sm90::first_segment_chunks(h.seg_chunks);
   if (h.pair) {  // segments of whole pairs (L0 <= L still: L even)
     h.seg_chunks = even_up(h.seg_chunks);

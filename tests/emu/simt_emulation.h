@@ -228,6 +228,23 @@ inline float tf32_bits(float x) {
   return x;
 }
 
+// The m16n8kK product of the MMAs below: C += A B, each entry accumulated in double (the fp16 / tf32
+// operands' products are exact there) and rounded to fp32 once; and lane l's fragment of the 16 x 8
+// accumulator (rows l / 4 and l / 4 + 8, columns 2 (l % 4) and + 1).
+template <int K>
+inline void mma_product(const float (&A)[16][K], const float (&B)[K][8], float (&C)[16][8]) {
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 8; ++j) {
+      double s = C[i][j];
+      for (int k = 0; k < K; ++k) s += double(A[i][k]) * B[k][j];
+      C[i][j] = float(s);
+    }
+}
+inline void c_fragment(const float (&C)[16][8], int l, float (&d)[4]) {
+  const int g = l / 4, t = l % 4;
+  d[0] = C[g][2 * t], d[1] = C[g][2 * t + 1], d[2] = C[g + 8][2 * t], d[3] = C[g + 8][2 * t + 1];
+}
+
 // mma.sync m16n8k16 f16 x f16 + f32 (fragments as documented in ptx.cuh).
 inline void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   struct In {
@@ -253,16 +270,8 @@ inline void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t
       C[g][2 * t] = x[l].d[0], C[g][2 * t + 1] = x[l].d[1];
       C[g + 8][2 * t] = x[l].d[2], C[g + 8][2 * t + 1] = x[l].d[3];
     }
-    for (int i = 0; i < 16; ++i)
-      for (int j = 0; j < 8; ++j) {
-        double s = C[i][j];
-        for (int k = 0; k < 16; ++k) s += double(A[i][k]) * B[k][j];
-        C[i][j] = float(s);
-      }
-    for (int l = 0; l < 32; ++l) {
-      const int g = l / 4, t = l % 4;
-      out[l] = Out{{C[g][2 * t], C[g][2 * t + 1], C[g + 8][2 * t], C[g + 8][2 * t + 1]}};
-    }
+    mma_product(A, B, C);
+    for (int l = 0; l < 32; ++l) c_fragment(C, l, out[l].d);
   });
   for (int r = 0; r < 4; ++r) d[r] = o.d[r];
 }
@@ -286,16 +295,8 @@ inline void mma_tf32(float (&d)[4], float a0, float a1, float a2, float a3, floa
       C[g][2 * t] = x[l].d[0], C[g][2 * t + 1] = x[l].d[1];
       C[g + 8][2 * t] = x[l].d[2], C[g + 8][2 * t + 1] = x[l].d[3];
     }
-    for (int i = 0; i < 16; ++i)
-      for (int j = 0; j < 8; ++j) {
-        double s = C[i][j];
-        for (int k = 0; k < 8; ++k) s += double(A[i][k]) * B[k][j];
-        C[i][j] = float(s);
-      }
-    for (int l = 0; l < 32; ++l) {
-      const int g = l / 4, t = l % 4;
-      out[l] = Out{{C[g][2 * t], C[g][2 * t + 1], C[g + 8][2 * t], C[g + 8][2 * t + 1]}};
-    }
+    mma_product(A, B, C);
+    for (int l = 0; l < 32; ++l) c_fragment(C, l, out[l].d);
   });
   for (int r = 0; r < 4; ++r) d[r] = o.d[r];
 }

@@ -55,6 +55,7 @@ struct HostPlan {
   int prep_chunks = 4;      // chunks per preparation CTA
   bool pair = false;        // 32-token steps (docs/kernel.md, "32-token steps")
   int slices1 = 1, slices3 = 1;
+  int seg0_split = 1;  // PlanArgs::seg0_split
   // Workspace layout (byte offsets from the aligned base).
   size_t off_table = 0, off_prepared = 0, off_segments = 0, bytes = 0;
 };
@@ -92,17 +93,22 @@ inline bool pair_steps_supported(const FwdParams& p) {
 
 inline int64_t even_up(int64_t x) { return (x + 1) & ~int64_t(1); }
 
+// The split plan's segment count m for HV value heads: m segments of one sequence make HV * (2m - 3)
+// CTAs of D rows in pass 1 (HV * (2m - 2) with segment 0 on two CTAs, seg0_split) and HV * (m - 1)
+// parts in pass 3, run as 2 CTAs of D / 2 rows each: as many as fit one CTA per SM in all of them
+// (h4_64k: m = 17, 128 CTAs in each pass). Fewer than 3 segments gain nothing.
+inline int64_t split_segments(int64_t HV, int sm_count) {
+  return std::min<int64_t>((sm_count / HV + 3) / 2, sm_count / (2 * HV) + 1);
+}
+
 // The split plan's segment length L in chunks for a longest sequence of `longest` chunks
-// (longest + 1: no split). m segments of one sequence make HV * (2m - 3) CTAs of D rows in pass 1
-// and HV * (m - 1) parts in pass 3, run as 2 CTAs of D / 2 rows each: as many as fit one CTA per
-// SM in both (h4_64k: m = 17, 124 and 128 CTAs). Fewer than 3 segments gain nothing. Segment 0 is
-// L0 = 3L/4 long (first_segment_chunks: pass 1 runs it with output beside the other segments' R
-// and P rows, which cost less a chunk), and L the least with L0 + (m - 1) L >= longest:
-// L0 >= (3L - 1) / 4, so L (4m - 1) >= 4 longest suffices.
-inline int64_t split_segment_chunks(const FwdParams& p, int64_t HV, int64_t longest, int sm_count) {
+// (longest + 1: no split): the least L with L0 + (m - 1) L >= longest, where L0 =
+// first_segment_chunks(L, seg0_split) = (r L + 2) / 4 >= (r L - 1) / 4 (r = 3, or 5 with
+// seg0_split 2), so L (4 (m - 1) + r) >= 4 longest suffices (as integers).
+inline int64_t split_segment_chunks(const FwdParams& p, int64_t HV, int64_t longest, int sm_count, int seg0_split) {
   if (p.segment_chunks > 0) return p.segment_chunks;
-  const int64_t m = std::min<int64_t>((sm_count / HV + 3) / 2, sm_count / (2 * HV) + 1);
-  return m >= 3 ? std::max(kMinSegmentChunks, ceil_div(4 * longest, 4 * m - 1)) : longest + 1;
+  const int64_t m = split_segments(HV, sm_count), r = seg0_split == 2 ? 5 : 3;
+  return m >= 3 ? std::max(kMinSegmentChunks, ceil_div(4 * longest, 4 * (m - 1) + r)) : longest + 1;
 }
 
 inline HostPlan make_plan(const FwdParams& p, int sm_count) {
@@ -140,31 +146,44 @@ inline HostPlan make_plan(const FwdParams& p, int sm_count) {
   // chunks): at most one more chunk each.
   const int64_t slack = checkpoints ? kChunk - 1 : 0;
   const int64_t longest = ceil_div(p.seqlen + slack, kChunk);  // no sequence has more chunks
-  h.seg_chunks = h.kind == FwdPlan::kSplit ? split_segment_chunks(p, HV, longest, sm_count) : longest + 1;
-  // 32-token steps where walk_tokens asks for them, and by default (0) where they measured faster
-  // on the H200: fixed batches whose sequences the split plan cuts (docs/kernel.md, "32-token
-  // steps": -1 to -3 % there; +2 % on a split packed batch and up to +6 % unsplit, where the
-  // preparation's extra cost is not repaid).
-  const bool pairs_pay = p.cu_seqlens == nullptr && sm90::first_segment_chunks(h.seg_chunks) + h.seg_chunks < longest;
-  h.pair = (p.walk_tokens == 32 || (p.walk_tokens == 0 && pairs_pay)) && pair_steps_supported(p);
-  // Sum of ceil(len / 16) over the sequences: at most T / 16 + N packed (T / 16 + 2N with
-  // checkpoints), B * ceil(T / 16) fixed. Pairs round every count up to even: one more chunk each.
-  h.max_chunks = p.cu_seqlens ? p.seqlen / kChunk + (checkpoints || h.pair ? 2 : 1) * N
-                              : N * ceil_div(p.seqlen + slack, kChunk);
-  if (h.pair && !p.cu_seqlens) h.max_chunks = N * even_up(ceil_div(p.seqlen, kChunk));
-  h.seg0_chunks = sm90::first_segment_chunks(h.seg_chunks);
-  if (h.pair) {  // segments of whole pairs (L0 <= L still: L even)
-    h.seg_chunks = even_up(h.seg_chunks);
-    h.seg0_chunks = even_up(sm90::first_segment_chunks(h.seg_chunks));
+  // Segment 0 on two CTAs of half the rows each (PlanArgs::seg0_split) where pass 1 then still fits
+  // one CTA an SM: a fixed batch split by the plan, at least two consumer warps a CTA. Tried first;
+  // otherwise the plan is made with segment 0 on one CTA.
+  for (int seg0_split : {2, 1}) {
+    if (seg0_split == 2 && (h.kind != FwdPlan::kSplit || p.cu_seqlens != nullptr)) continue;
+    h.seg0_split = seg0_split;
+    h.seg_chunks = h.kind == FwdPlan::kSplit ? split_segment_chunks(p, HV, longest, sm_count, seg0_split) : longest + 1;
+    // 32-token steps where walk_tokens asks for them, and by default (0) where they measured faster
+    // on the H200: fixed batches whose sequences the split plan cuts (docs/kernel.md, "32-token
+    // steps": -1 to -3 % there; +2 % on a split packed batch and up to +6 % unsplit, where the
+    // preparation's extra cost is not repaid).
+    const bool pairs_pay =
+        p.cu_seqlens == nullptr && sm90::first_segment_chunks(h.seg_chunks, seg0_split) + h.seg_chunks < longest;
+    h.pair = (p.walk_tokens == 32 || (p.walk_tokens == 0 && pairs_pay)) && pair_steps_supported(p);
+    // Sum of ceil(len / 16) over the sequences: at most T / 16 + N packed (T / 16 + 2N with
+    // checkpoints), B * ceil(T / 16) fixed. Pairs round every count up to even: one more chunk each.
+    h.max_chunks = p.cu_seqlens ? p.seqlen / kChunk + (checkpoints || h.pair ? 2 : 1) * N
+                                : N * ceil_div(p.seqlen + slack, kChunk);
+    if (h.pair && !p.cu_seqlens) h.max_chunks = N * even_up(ceil_div(p.seqlen, kChunk));
+    if (h.pair) h.seg_chunks = even_up(h.seg_chunks);  // segments of whole pairs
+    h.seg0_chunks = sm90::first_segment_chunks(h.seg_chunks, seg0_split);
+    if (h.pair) h.seg0_chunks = even_up(h.seg0_chunks);
+    h.max_extra = 0;
+    const bool split = h.seg0_chunks + h.seg_chunks < longest;
+    if (split) {
+      // Extra segments of a split sequence of c chunks: ceil((c - L0) / L) <= (c + L - 1 - L0) / L,
+      // and at most max_chunks / (L0 + L + 1) sequences are split.
+      const int64_t L = h.seg_chunks, L0 = h.seg0_chunks;
+      h.max_extra = p.cu_seqlens ? (h.max_chunks + (h.max_chunks / (L0 + L + 1)) * std::max<int64_t>(0, L - 1 - L0)) / L
+                                 : N * ceil_div(longest - L0, L);
+    }
+    h.slices1 = slices_for((seg0_split * N + 2 * h.max_extra) * HV, sm_count, dim.max_slices);
+    if (seg0_split == 1) break;
+    // Pass 1 of a split fixed batch: per sequence, segment 0's two parts and the R and P parts of
+    // its extra segments but the last (max_extra / N of them): one wave of CTAs or not at all.
+    const int64_t p1_parts = N * (2 + 2 * (h.max_extra / N - 1)) * HV;
+    if (split && dim.max_slices / h.slices1 >= 2 && p1_parts * h.slices1 <= sm_count) break;
   }
-  if (h.seg0_chunks + h.seg_chunks < longest) {
-    // Extra segments of a split sequence of c chunks: ceil((c - L0) / L) <= (c + L - 1 - L0) / L,
-    // and at most max_chunks / (L0 + L + 1) sequences are split.
-    const int64_t L = h.seg_chunks, L0 = h.seg0_chunks;
-    h.max_extra = p.cu_seqlens ? (h.max_chunks + (h.max_chunks / (L0 + L + 1)) * std::max<int64_t>(0, L - 1 - L0)) / L
-                               : N * ceil_div(longest - L0, L);
-  }
-  h.slices1 = slices_for((N + 2 * h.max_extra) * HV, sm_count, dim.max_slices);
   h.prep_chunks = prep_chunks_for(h.max_chunks * HV, int64_t(sm_count) * dim.prep_ctas_per_sm, h.pair ? 2 : 1);
   h.slices3 = slices_for(std::max<int64_t>(h.max_extra, 1) * HV, sm_count, dim.max_slices);
 
@@ -212,6 +231,7 @@ inline sm90::PlanArgs plan_args(const HostPlan& h, const FwdParams& p) {
   a.seg_start = seg, a.seg_r = seg + per, a.seg_p = seg + 2 * per;
   a.seg_chunks = int(std::min<int64_t>(h.seg_chunks, INT32_MAX));
   a.seg0_chunks = int(std::min<int64_t>(h.seg0_chunks, INT32_MAX));
+  a.seg0_split = h.seg0_split;
   a.prep_chunks = h.prep_chunks;
   a.pair = h.pair ? 1 : 0;
   return a;
@@ -279,7 +299,7 @@ Status run_prepared(const HostPlan& h, sm90::KdaFwdArgs& a, const FwdParams& p, 
   sm90::PlanArgs pa = plan_args(h, p);
   pa.sm_count = sm_count;
   const int64_t prep_ctas = HV * (h.max_chunks / h.prep_chunks + N);
-  const int64_t p1_ctas = (N + 2 * h.max_extra) * HV * h.slices1;
+  const int64_t p1_ctas = (h.seg0_split * N + 2 * h.max_extra) * HV * h.slices1;
   const int64_t p3_ctas = h.max_extra * HV * h.slices3;
   const int64_t chain_ctas = (h.max_extra / 2) * HV * (kD / sm90::ChainTraits<kD>::kRows);
   for (int64_t c : {prep_ctas, p1_ctas, p3_ctas, chain_ctas})

@@ -739,7 +739,7 @@ struct KdaConsumer {
     // (below 0: a virtual token, docs/kernel.md; the fused kernel's grid is never shifted)
     const int tok = io.chunk0 * kChunkTokens + t - (View::kCheckpoints ? int(w.shift) : 0);
     uint16_t* base = a.out + w.row * a.out_s[0] + w.begin * a.out_s[1] + int64_t(w.hv) * a.out_s[2] +
-                     w.slice * Tr::kVRows + cwarp * 16 + half * 8;
+                     io.row0 + cwarp * 16 + half * 8;
     return OutCursor{base + int64_t(tok) * a.out_s[1], tok};
   }
 

@@ -35,6 +35,7 @@ struct RowsIO {
   int64_t init_offset;  // element offset of row row0 in init / dst
   int64_t dst_offset;
   int row0;
+  int warps;    // consumer warps that own rows, from the CTA's first (the others have no work)
   int chunk0;   // first chunk of the walk within the sequence
   int nchunks;  // chunks walked
   bool init_fp32, dst_fp32;
@@ -59,6 +60,7 @@ template <int kD>
 __device__ __forceinline__ RowsIO whole_sequence_rows(const KdaFwdArgs& a, const WorkUnit& w, int rows) {
   RowsIO io;
   io.row0 = w.slice * rows;
+  io.warps = rows / 16;
   io.init = (a.initial_state != nullptr && !w.zero_init) ? a.initial_state : nullptr;
   io.dst = a.final_state;
   io.init_offset = io.dst_offset = state_row_offset<kD>(w.slot, a.heads_v, w.hv, io.row0);

@@ -47,10 +47,14 @@ struct SeqTable {
 };
 constexpr int kSeqTableSums = 6;  // chunk, prep, extra, p1, p3, split
 
-// Segment 0 of a split sequence is shorter than the others: pass 1 runs it with output while the
-// other parts only advance rows (cheaper a chunk), and a shorter L makes pass 3 shorter. L0 = 3L/4
-// was the best of 60, 75, 90 and 100 % of L on the H200 (docs/kernel.md, "Segment 0 is shorter"). Segment j >= 1 covers chunks [L0 + (j - 1) L, L0 + j L).
-__host__ __device__ constexpr int64_t first_segment_chunks(int64_t L) { return L > 1 ? (3 * L + 2) / 4 : 1; }
+// Segment 0 of a split sequence: pass 1 runs it with output while the other parts only advance
+// rows (cheaper a chunk). On the rows of one CTA each (seg0_split 1) it is L0 = 3L/4 long, the best
+// of 60, 75, 90 and 100 % of L on the H200; on half the rows a CTA (seg0_split 2: two CTAs share
+// it, each as fast a chunk as a pass-3 CTA) it is L0 = 5L/4 (docs/kernel.md, "Segment 0").
+// Segment j >= 1 covers chunks [L0 + (j - 1) L, L0 + j L).
+__host__ __device__ constexpr int64_t first_segment_chunks(int64_t L, int seg0_split = 1) {
+  return L > 1 ? ((seg0_split == 2 ? 5 : 3) * L + 2) / 4 : 1;
+}
 
 // Segments of a sequence of `chunks` chunks: 1 (not split) unless it has at least three.
 __host__ __device__ constexpr int64_t segment_count(int64_t chunks, int64_t L, int64_t L0) {
@@ -66,7 +70,11 @@ struct PlanArgs {
   int* device_plan;         // with KdaFwdArgs::device_plan: the plan kernel writes 1 (fused) or 0
   int sm_count;
   int seg_chunks;   // L; a value >= every sequence's chunk count means no split
-  int seg0_chunks;  // L0 = first_segment_chunks(L) <= L: segment 0 of a split sequence
+  int seg0_chunks;  // L0 = first_segment_chunks(L, seg0_split): segment 0 of a split sequence
+  // CTAs that share segment 0's rows in pass 1 (1 or 2; 2 only where a CTA has >= 2 consumer
+  // warps): a split sequence's first seg0_split parts of pass 1 are segment 0, on D / slices /
+  // seg0_split rows each.
+  int seg0_split;
   int prep_chunks;  // consecutive chunks one preparation CTA prepares
   int slices;       // CTAs sharing the D rows of one part in this launch
   // 32-token steps (docs/kernel.md): chunks are prepared and walked in pairs; every sequence's

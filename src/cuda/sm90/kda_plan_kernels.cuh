@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(1024)
       v[0] = p.pair ? (chunks + 1) & ~int64_t(1) : chunks;  // (pairs: slots for a whole last pair)
       v[1] = (v[0] + p.prep_chunks - 1) / p.prep_chunks;
       v[2] = segs - 1;
-      v[3] = segs == 1 ? 1 : 2 * segs - 3;
+      v[3] = segs == 1 ? 1 : 2 * segs - 3 + (p.seg0_split - 1);
       v[4] = segs - 1;
       v[5] = segs >= 3;
     }

@@ -45,7 +45,17 @@ struct KdaLoader {
   // session 5). A chunk that ends at a checkpoint boundary also brings its checkpoint slot (lane 0,
   // one 4-byte cp.async, covered by the same arrival).
   __device__ void run() {
-    constexpr int kPieces = kVRowBytes / 16;  // 16-byte pieces of one v row
+    // (the v columns of the rows the CTA's consumers own: all, or half with RowsIO::warps)
+    if (io.warps == Tr::kConsumerWarps) {
+      copy_steps<kVRowBytes / 16>();
+    } else {
+      copy_steps<kVRowBytes / 32>();
+    }
+  }
+
+  // The loader's loop, with kPieces 16-byte pieces of v a token.
+  template <int kPieces>
+  __device__ void copy_steps() {
     using Prepared = typename Tr::Prepared;
     // (pairs: both slots whole, their cross blocks follow each slot's chunk)
     const uint32_t prepared_bytes =
@@ -62,13 +72,7 @@ struct KdaLoader {
       if (io.has_v) {
         const int64_t tok0 = int64_t(io.chunk0) * kChunkTokens + int64_t(i) * C - w.shift;  // the step's first token
         const int lo = int(max(int64_t(0), -tok0)), hi = int(min(int64_t(C), w.len - tok0));
-#pragma unroll
-        for (int x = lane; x < C * kPieces; x += 32) {
-          const int t = x / kPieces, piece = x % kPieces;
-          const bool ok = t >= lo && t < hi;
-          ptx::cp_async_16(&st.v[t][8 * piece], ok ? v_base + (tok0 + t) * v_token_stride + 8 * piece : v_base,
-                           ok ? 16u : 0u);
-        }
+        copy_v<kPieces>(st, tok0, lo, hi);
       }
       if (kCk && i == ck_next) {
         if (lane == 0) ptx::cp_async_4(&sm.ck_slot[i % (Tr::kStages + 1)], ck_row + ck_m);
@@ -76,6 +80,19 @@ struct KdaLoader {
         ck_next = ck_next + io.ck_step <= io.ck_last ? ck_next + io.ck_step : -1;
       }
       cp_async_mbarrier_arrive(&sm.full[s]);
+    }
+  }
+
+  // The v rows of a step (kPieces 16-byte pieces a token) into stage `st`: tokens outside [lo, hi)
+  // of the step are zero-filled.
+  template <int kPieces, class Stage>
+  __device__ void copy_v(Stage& st, int64_t tok0, int lo, int hi) const {
+#pragma unroll
+    for (int x = lane; x < C * kPieces; x += 32) {
+      const int t = x / kPieces, piece = x % kPieces;
+      const bool ok = t >= lo && t < hi;
+      ptx::cp_async_16(&st.v[t][8 * piece], ok ? v_base + (tok0 + t) * v_token_stride + 8 * piece : v_base,
+                       ok ? 16u : 0u);
     }
   }
 };
@@ -90,8 +107,23 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
   const int64_t nc = chunk_count(w.len, w.shift), L = p.seg_chunks, L0 = p.seg0_chunks;
   const int64_t e0 = p.seq.extra_off[n];
   const int segs = int(p.seq.extra_off[n + 1] - e0) + 1;
+  // Pass 1 of a split sequence: its first seg0_split parts are segment 0, each on rows / seg0_split
+  // of the slice's rows (PlanArgs::seg0_split).
+  const int sub0 = pass == 1 && segs > 1 ? p.seg0_split : 1;
+  int sub = 0;
+  if (pass == 1 && local < sub0) {
+    sub = int(local);
+    local = 0;
+  } else if (pass == 1) {
+    local -= sub0 - 1;
+  }
   RowsIO io;
   io.row0 = w.slice * rows;
+  io.warps = rows / 16;
+  if (pass == 1 && local == 0) {
+    io.warps /= sub0;
+    io.row0 += sub * 16 * io.warps;
+  }
   io.identity = false;
   io.has_v = true;
   io.write_out = true;
@@ -191,7 +223,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < Tr::kStages; ++s) {
       mbarrier_init(&sm.full[s], 32);  // every loader lane
-      mbarrier_init(&sm.empty[s], Tr::kConsumerWarps * 32);  // every consumer lane
+      mbarrier_init(&sm.empty[s], io.warps * 32);  // every lane of a consumer warp that owns rows
     }
     sm.ck_step = io.ck_step;
     sm.ck_last = io.ck_last;
@@ -211,7 +243,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                        a.checkpoint_indices + int64_t(n) * a.checkpoint_stride,
                        int(threadIdx.x & 31)}
         .run();
-  } else {
+  } else if (warp - Tr::kLoaderWarps < io.warps) {
     KdaConsumer<Tr, PackedStageView<Tr, kCk>>(a, w, io, sm, warp - Tr::kLoaderWarps, threadIdx.x & 31).run();
   }
 }

@@ -77,7 +77,12 @@ struct Status {
   std::string message;
 
   bool ok() const { return code == StatusCode::kOk; }
-  static Status Ok() { return {}; }
+  // A named local, not `return {}`: that value-initialises (zero-fills) the whole object first,
+  // which compilers emit as a `rep stos`, on every check that passes.
+  static Status Ok() {
+    Status s;
+    return s;
+  }
 };
 
 // Element strides (not bytes) of a [B, T, heads, D] activation tensor; the last dimension must be

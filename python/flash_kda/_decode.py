@@ -1,15 +1,15 @@
 """decode: the decode step of a serving engine on a state pool (docs/serving.md). Eager calls are one
-call into the compiled layer (flash_kda._C, which checks every argument in C++; what
-flash_kda._eager.decode does, inline here); under
-torch.compile, FakeTensor or other torch dispatch modes a call on torch tensors is the custom
-operator torch.ops.flash_kda.decode (flash_kda.torch_ops).
+call into the compiled layer (flash_kda._C, which checks every argument in C++; flash_kda._eager
+copies a device cu_seqlens to the host for it); under torch.compile, FakeTensor or other torch
+dispatch modes a call on torch tensors is the custom operator torch.ops.flash_kda.decode
+(flash_kda.torch_ops).
 """
 
 from __future__ import annotations
 
-from . import _C, _eager
+from . import _C, _eager, _fwd
 from ._arrays import MAX_DECODE_TOKENS  # noqa: F401  (flash_kda::kMaxDecodeTokens, re-exported)
-from ._fwd import tracing
+from ._fwd import _ndarray, tracing
 
 
 def decode(
@@ -66,13 +66,15 @@ def decode(
     torch dispatch mode the call is the custom operator ``torch.ops.flash_kda.decode``, which
     mutates ``out`` and ``state`` (docs/torch.md).
     """
-    if tracing(q):
+    # tracing(q), inline once flash_kda._fwd knows torch's predicates
+    if type(q) is not _ndarray and (tracing(q) if _fwd._is_compiling is None
+                                    else _fwd._is_compiling() or _fwd._dispatch_depth()):
         from . import torch_ops  # registers the operators; a plain import, which torch.compile traces
 
         torch_ops.decode_op(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state,
                             state_indices, num_accepted_tokens, cu_seqlens, backend, allow_neg_eigval)
         return None
-    # _eager.decode's body, inline (one Python call less on the eager route)
+    # the host copy of a device cu_seqlens (for its checks), then the one _C call
     cu_seqlens_cpu = None if cu_seqlens is None else _eager.host_copy(q, cu_seqlens)
     _C.decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
               num_accepted_tokens, cu_seqlens, cu_seqlens_cpu, backend, allow_neg_eigval)

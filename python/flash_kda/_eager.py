@@ -1,6 +1,7 @@
-"""The eager calls: one call into flash_kda._C per fwd / decode, which reads the arrays and has the
-C++ contract layer check every argument before anything is written. Used by flash_kda.fwd /
-flash_kda.decode and by the implementations of the torch operators (flash_kda.torch_ops).
+"""The host side of the eager calls: what flash_kda.fwd / flash_kda.decode, chunk_kda and the
+implementations of the torch operators (flash_kda.torch_ops) need around their one call into
+flash_kda._C, which reads the arrays and has the C++ contract layer check every argument before
+anything is written. Each of them makes that call itself (one Python call less per call).
 
 Nothing here runs per call on the common route: flash_kda._C reads plain torch tensors and the
 current CUDA stream itself (torch's DLPack C exchange API) and calls back into this module only
@@ -8,9 +9,9 @@ when it needs to: ``workspace`` when a CUDA call needs scratch memory, ``current
 without that API (docs/torch.md, "Host overhead").
 
 CUDA tensors run on the current stream of their device (whichever device is current). A device
-cu_seqlens is copied to the host (a synchronisation) for the C++ layer to check its contents,
-unless a host copy is given (cu_seqlens_cpu) or the stream is capturing a CUDA graph (the contents
-are then the caller's responsibility).
+cu_seqlens is copied to the host (``host_copy``, a synchronisation) for the C++ layer to check its
+contents, unless a host copy is given (cu_seqlens_cpu) or the stream is capturing a CUDA graph (the
+contents are then the caller's responsibility).
 """
 
 from __future__ import annotations
@@ -50,20 +51,3 @@ def workspace(nbytes, device):
         return None
     return torch._C._to_dlpack(torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", device)))
 
-
-def fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state=None, final_state=None,
-        cu_seqlens=None, cu_seqlens_cpu=None, state_indices=None, has_initial_state=None, backend=None,
-        checkpoint_interval=None, checkpoint_state=None, checkpoint_indices=None, checkpoint_start=None,
-        allow_neg_eigval=False):
-    if cu_seqlens is not None and cu_seqlens_cpu is None:
-        cu_seqlens_cpu = host_copy(q, cu_seqlens)
-    _C.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state, cu_seqlens,
-           cu_seqlens_cpu, state_indices, has_initial_state, checkpoint_state, checkpoint_indices, checkpoint_start,
-           checkpoint_interval, backend, allow_neg_eigval)
-
-
-def decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
-           num_accepted_tokens=None, cu_seqlens=None, backend=None, allow_neg_eigval=False):
-    cu_seqlens_cpu = None if cu_seqlens is None else host_copy(q, cu_seqlens)
-    _C.decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
-              num_accepted_tokens, cu_seqlens, cu_seqlens_cpu, backend, allow_neg_eigval)

@@ -1,7 +1,8 @@
 """fwd: the public forward. Eager calls are one call into the compiled layer (flash_kda._C, whose C++
-contract layer checks every argument; what flash_kda._eager.fwd does, inline here); under torch.compile, FakeTensor or another torch
-dispatch mode a call on torch tensors is the custom operator torch.ops.flash_kda.fwd
-(flash_kda.torch_ops), whose fake implementation runs the same C++ checks without data.
+contract layer checks every argument; flash_kda._eager copies a device cu_seqlens to the host for
+it); under torch.compile, FakeTensor or another torch dispatch mode a call on torch tensors is the
+custom operator torch.ops.flash_kda.fwd (flash_kda.torch_ops), whose fake implementation runs the
+same C++ checks without data.
 """
 
 from __future__ import annotations
@@ -11,23 +12,25 @@ import numpy as np
 from . import _C, _eager
 from ._arrays import torch_module
 
-
-_trace_checks = None  # torch's two predicates, looked up once torch is imported
+_ndarray = np.ndarray
+# torch's two predicates (torch.compiler.is_compiling, the length of the torch dispatch-mode stack),
+# looked up by tracing once torch is imported; from then on fwd and flash_kda.decode call them
+# themselves (one Python call less on the eager route).
+_is_compiling = _dispatch_depth = None
 
 
 def tracing(q):
     """True when a call on `q` must be a torch operator: torch is imported, q is not a NumPy array,
     and torch.compile is tracing or a torch dispatch mode (FakeTensorMode, ...) is active."""
-    global _trace_checks
-    if type(q) is np.ndarray:
+    global _is_compiling, _dispatch_depth
+    if type(q) is _ndarray:
         return False
-    checks = _trace_checks
-    if checks is None:
+    if _is_compiling is None:
         torch = torch_module()
         if torch is None:
             return False
-        checks = _trace_checks = (torch.compiler.is_compiling, torch._C._len_torch_dispatch_stack)
-    return checks[0]() or checks[1]() > 0
+        _is_compiling, _dispatch_depth = torch.compiler.is_compiling, torch._C._len_torch_dispatch_stack
+    return _is_compiling() or _dispatch_depth() > 0
 
 
 def fwd(
@@ -142,7 +145,8 @@ def fwd(
     same values as ``cu_seqlens`` (not verifiable without a synchronisation); on the host it is
     compared with ``cu_seqlens``.
     """
-    if tracing(q):
+    # tracing(q), inline once torch's predicates are known
+    if type(q) is not _ndarray and (tracing(q) if _is_compiling is None else _is_compiling() or _dispatch_depth()):
         from . import torch_ops  # registers the operators; a plain import, which torch.compile traces
 
         torch_ops.fwd_op(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state,
@@ -150,7 +154,7 @@ def fwd(
                          checkpoint_interval, checkpoint_state, checkpoint_indices, checkpoint_start,
                          allow_neg_eigval)
         return None
-    # _eager.fwd's body, inline (one Python call less on the eager route)
+    # the host copy of a device cu_seqlens (for its checks), then the one _C call
     if cu_seqlens is not None and cu_seqlens_cpu is None:
         cu_seqlens_cpu = _eager.host_copy(q, cu_seqlens)
     _C.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state, cu_seqlens,

@@ -31,8 +31,8 @@ initial_state, cu_seqlens, cu_seqlens_cpu, output_final_state, allow_neg_eigval=
 checkpoint_indices, checkpoint_start, checkpoint_interval, allow_neg_eigval=False) -> (out, final_state)``
     the same with checkpoints; mutates ``checkpoint_state`` (all arguments required, as above).
 
-Their implementations are the eager calls (flash_kda._eager: one call into the compiled layer,
-which checks every argument in C++ and provides the CUDA workspace). Their fake (meta)
+Their implementations are the eager calls (one call into the compiled layer, flash_kda._C, which
+checks every argument in C++ and provides the CUDA workspace). Their fake (meta)
 implementations run the same C++ checks on the tensors' metadata (flash_kda._C.check_fwd /
 check_decode), so functions calling them trace under ``torch.compile(fullgraph=True)`` and
 ``torch.export``. ``flash_kda.fwd`` / ``flash_kda.decode`` / ``chunk_kda`` call the operators
@@ -100,9 +100,11 @@ def _fwd_op(
     has_initial_state: Optional[torch.Tensor] = None,
     allow_neg_eigval: bool = False,
 ) -> None:
-    _eager.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
-               cu_seqlens, cu_seqlens_cpu, state_indices, has_initial_state, backend,
-               allow_neg_eigval=allow_neg_eigval)
+    # as flash_kda.fwd: the host copy of a device cu_seqlens (for its checks), then the one _C call
+    if cu_seqlens is not None and cu_seqlens_cpu is None:
+        cu_seqlens_cpu = _eager.host_copy(q, cu_seqlens)
+    _C.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state, cu_seqlens,
+           cu_seqlens_cpu, state_indices, has_initial_state, None, None, None, None, backend, allow_neg_eigval)
 
 
 def _check_fwd_meta(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state=None,
@@ -152,9 +154,12 @@ def _fwd_ckpt_op(
     checkpoint_interval: Optional[int],
     allow_neg_eigval: bool = False,
 ) -> None:
-    _eager.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state,
-               cu_seqlens, cu_seqlens_cpu, state_indices, has_initial_state, backend, checkpoint_interval,
-               checkpoint_state, checkpoint_indices, checkpoint_start, allow_neg_eigval)
+    # as flash_kda.fwd: the host copy of a device cu_seqlens (for its checks), then the one _C call
+    if cu_seqlens is not None and cu_seqlens_cpu is None:
+        cu_seqlens_cpu = _eager.host_copy(q, cu_seqlens)
+    _C.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state, cu_seqlens,
+           cu_seqlens_cpu, state_indices, has_initial_state, checkpoint_state, checkpoint_indices, checkpoint_start,
+           checkpoint_interval, backend, allow_neg_eigval)
 
 
 _fwd_ckpt_op.register_fake(_check_fwd_meta)
@@ -179,8 +184,10 @@ def _decode_op(
     backend: Optional[str] = None,
     allow_neg_eigval: bool = False,
 ) -> None:
-    _eager.decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
-                  num_accepted_tokens, cu_seqlens, backend, allow_neg_eigval)
+    # as flash_kda.decode: the host copy of a device cu_seqlens (for its checks), then the one _C call
+    cu_seqlens_cpu = None if cu_seqlens is None else _eager.host_copy(q, cu_seqlens)
+    _C.decode(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, state_indices,
+              num_accepted_tokens, cu_seqlens, cu_seqlens_cpu, backend, allow_neg_eigval)
 
 
 @_decode_op.register_fake
@@ -230,10 +237,11 @@ def decode_op(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, state, 
 def _allocate(q, v, initial_state, cu_seqlens, output_final_state):
     """out and final_state (or None) for the chunk_kda operator; raises the errors fwd would for the
     ranks it needs to read the sizes."""
-    for name, x, rank, text in (("q", q, 4, "[B, T, H, K]"), ("v", v, 4, "[B, T, HV, V]"),
-                                ("cu_seqlens", cu_seqlens, 1, "[N + 1]")):
-        if x is not None and x.dim() != rank:
-            raise ValueError(f"{name}: expected shape {text} (got {list(x.shape)})")
+    if q.dim() != 4 or v.dim() != 4 or (cu_seqlens is not None and cu_seqlens.dim() != 1):
+        for name, x, rank, text in (("q", q, 4, "[B, T, H, K]"), ("v", v, 4, "[B, T, HV, V]"),
+                                    ("cu_seqlens", cu_seqlens, 1, "[N + 1]")):
+            if x is not None and x.dim() != rank:
+                raise ValueError(f"{name}: expected shape {text} (got {list(x.shape)})")
     out = torch.empty_like(v, memory_format=torch.contiguous_format)
     return out, _final_state(q, v, initial_state, cu_seqlens) if output_final_state else None
 
@@ -241,21 +249,26 @@ def _allocate(q, v, initial_state, cu_seqlens, output_final_state):
 def _final_state(q, v, initial_state, cu_seqlens):
     """An empty final state [N, HV, V, K]: the dtype of initial_state, fp32 without one (or with one
     of a dtype fwd rejects)."""
-    N = q.shape[0] if cu_seqlens is None else max(cu_seqlens.shape[0] - 1, 0)
+    q_shape, v_shape = q.shape, v.shape  # each .shape is a new torch.Size: read once
+    N = q_shape[0] if cu_seqlens is None else max(cu_seqlens.shape[0] - 1, 0)
     dtype = torch.float32
-    if initial_state is not None and initial_state.dtype in _STATE_DTYPES:
-        dtype = initial_state.dtype
-    return torch.empty((N, v.shape[2], v.shape[3], q.shape[3]), dtype=dtype, device=q.device)
+    if initial_state is not None:
+        state_dtype = initial_state.dtype
+        if state_dtype in _STATE_DTYPES:
+            dtype = state_dtype
+    return torch.empty((N, v_shape[2], v_shape[3], q_shape[3]), dtype=dtype, device=q.device)
 
 
 def _chunk_impl(q, k, v, g, beta, scale, A_log, dt_bias, lower_bound, initial_state, cu_seqlens,
                 cu_seqlens_cpu, output_final_state, checkpoint_state=None, checkpoint_indices=None,
                 checkpoint_start=None, checkpoint_interval=None, allow_neg_eigval=False):
     out, final = _allocate(q, v, initial_state, cu_seqlens, output_final_state)
-    _eager.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final,
-               cu_seqlens, cu_seqlens_cpu, checkpoint_interval=checkpoint_interval,
-               checkpoint_state=checkpoint_state, checkpoint_indices=checkpoint_indices,
-               checkpoint_start=checkpoint_start, allow_neg_eigval=allow_neg_eigval)
+    # as flash_kda.fwd: the host copy of a device cu_seqlens (for its checks), then the one _C call
+    if cu_seqlens is not None and cu_seqlens_cpu is None:
+        cu_seqlens_cpu = _eager.host_copy(q, cu_seqlens)
+    _C.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final, cu_seqlens,
+           cu_seqlens_cpu, None, None, checkpoint_state, checkpoint_indices, checkpoint_start, checkpoint_interval,
+           None, allow_neg_eigval)
     return out, _placeholder(q) if final is None else final
 
 
@@ -447,10 +460,12 @@ def chunk_kda(
         final = None
         if output_final_state:
             final = _final_state(q, v, initial_state, cu_seqlens)
-        _eager.fwd(q, k, v, g, beta, scale, o, A_log, dt_bias, lower_bound, initial_state, final,
-                   cu_seqlens, cu_seqlens_cpu, checkpoint_interval=checkpoint_interval,
-                   checkpoint_state=checkpoint_state, checkpoint_indices=checkpoint_indices,
-                   checkpoint_start=checkpoint_start, allow_neg_eigval=allow_neg_eigval)
+        # as flash_kda.fwd: the host copy of a device cu_seqlens (for its checks), then the one _C call
+        if cu_seqlens is not None and cu_seqlens_cpu is None:
+            cu_seqlens_cpu = _eager.host_copy(q, cu_seqlens)
+        _C.fwd(q, k, v, g, beta, scale, o, A_log, dt_bias, lower_bound, initial_state, final, cu_seqlens,
+               cu_seqlens_cpu, None, None, checkpoint_state, checkpoint_indices, checkpoint_start,
+               checkpoint_interval, None, allow_neg_eigval)
     if final is not None and not state_v_first:
         final = final.transpose(2, 3).contiguous()
     return o, final

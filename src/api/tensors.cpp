@@ -6,7 +6,9 @@
 #include <cmath>
 #include <initializer_list>
 #include <limits>
+#include <new>
 #include <sstream>
+#include <type_traits>
 
 #include "backends.h"
 
@@ -110,9 +112,13 @@ Status expect_contiguous(const char* name, const TensorArg& t) {
 }
 
 Status expect_no_negative_strides(const Named& a) {
-  if (!a.t->given || numel(*a.t) == 0) return Status::Ok();
-  for (int i = 0; i < a.t->ndim; ++i)
-    if (a.t->strides[i] < 0) return invalid(cat(a.name, ": negative strides are not supported"));
+  const TensorArg& t = *a.t;
+  if (!t.given) return Status::Ok();
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.strides[i] >= 0) continue;
+    if (numel(t) == 0) return Status::Ok();  // counted only here: most tensors have no negative stride
+    return invalid(cat(a.name, ": negative strides are not supported"));
+  }
   return Status::Ok();
 }
 
@@ -309,10 +315,18 @@ std::string state_shape(const char* leading, const ProblemParams& p) {
   return cat("[", leading, ", HV, V, K] = [", leading, ", ", p.heads_v, ", ", p.head_dim_v, ", ", p.head_dim_k, "]");
 }
 
+// *p = Params{}, in place: assigning the temporary would build it and then copy it (hundreds of
+// bytes, on every call). Value-initialisation gives every member its default, as Params{} does.
+template <class Params>
+void reset(Params* p) {
+  static_assert(std::is_trivially_destructible_v<Params>, "reset() reuses the storage without a destructor");
+  new (p) Params();
+}
+
 }  // namespace
 
 Status fwd_params(const FwdArgs& a, FwdParams* p, int* device_id, bool data_free) {
-  *p = FwdParams{};
+  reset(p);
   int64_t N = 0;
   // ---- dtypes of the states and indices (the problem's own come first) ----
   FLASH_KDA_RETURN_IF_ERROR(problem_params(a, p, &N));
@@ -437,7 +451,7 @@ Status fwd_params(const FwdArgs& a, FwdParams* p, int* device_id, bool data_free
 }
 
 Status decode_params(const DecodeArgs& a, DecodeParams* p, int* device_id, bool data_free) {
-  *p = DecodeParams{};
+  reset(p);
   int64_t N = 0;
   FLASH_KDA_RETURN_IF_ERROR(problem_params(a, p, &N));
   for (Named t : {Named{"state", &a.state}, {"state_indices", &a.state_indices}})

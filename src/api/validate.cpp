@@ -45,7 +45,11 @@ int64_t elem_bytes(DType d) {
   return 1;
 }
 
-bool aligned(const void* ptr, int64_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % uintptr_t(bytes) == 0; }
+// Every alignment asked for is a power of two (2, 4, 8, 16, an element size): a mask, not a division.
+bool aligned(const void* ptr, int64_t bytes) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(ptr), b = uintptr_t(bytes);
+  return (b & (b - 1)) == 0 ? (address & (b - 1)) == 0 : address % b == 0;
+}
 
 struct Tensor4 {
   const char* name;
@@ -92,20 +96,18 @@ Status check_no_self_overlap(const char* name, const ActStrides& s, int64_t B, i
 // ---- aliasing -------------------------------------------------------------------------------------
 
 // The bytes [begin, end) a buffer of the call covers (every address an element of it can have).
+// No default member initialisers: span_of sets every member, and the unused entries of Spans stay
+// unwritten (a call fills a few of its 24).
 struct Span {
   const char* name;
-  uintptr_t begin = 0, end = 0;
-  bool written = false;
+  uintptr_t begin, end;
+  bool written;
 };
 
 Span span_of(const char* name, const void* ptr, int64_t bytes, bool written) {
-  Span s{name};
-  if (ptr && bytes > 0) {
-    s.begin = reinterpret_cast<uintptr_t>(ptr);
-    s.end = s.begin + uintptr_t(bytes);
-  }
-  s.written = written;
-  return s;
+  if (!ptr || bytes <= 0) return {name, 0, 0, written};
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(ptr);
+  return {name, begin, begin + uintptr_t(bytes), written};
 }
 
 Span activation_span(const char* name, const void* ptr, const ActStrides& st, int64_t B, int64_t T, int64_t heads,
@@ -127,7 +129,10 @@ struct Spans {
   static constexpr int kMaxSpans = 24;
   Span items[kMaxSpans];
   int count = 0;
-  void push_back(const Span& s) { items[count++] = s; }
+  // An empty span (an absent buffer) overlaps nothing and check_aliasing passes over it: not kept.
+  void push_back(const Span& s) {
+    if (s.begin != s.end) items[count++] = s;
+  }
 };
 
 Status check_aliasing(const Spans& all) {

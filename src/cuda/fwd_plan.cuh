@@ -56,6 +56,7 @@ struct HostPlan {
   bool pair = false;        // 32-token steps (docs/kernel.md, "32-token steps")
   int slices1 = 1, slices3 = 1;
   int seg0_split = 1;  // PlanArgs::seg0_split
+  bool fold_chain = false;  // PlanArgs::fold_chain
   // Workspace layout (byte offsets from the aligned base).
   size_t off_table = 0, off_prepared = 0, off_segments = 0, bytes = 0;
 };
@@ -184,6 +185,9 @@ inline HostPlan make_plan(const FwdParams& p, int sm_count) {
     const int64_t p1_parts = N * (2 + 2 * (h.max_extra / N - 1)) * HV;
     if (split && dim.max_slices / h.slices1 >= 2 && p1_parts * h.slices1 <= sm_count) break;
   }
+  // No chain kernel where no sequence has more than three segments (a fixed batch of them): pass 3
+  // does the one step (PlanArgs::fold_chain).
+  h.fold_chain = h.kind == FwdPlan::kSplit && p.cu_seqlens == nullptr && h.max_extra > 0 && h.max_extra <= 2 * N;
   h.prep_chunks = prep_chunks_for(h.max_chunks * HV, int64_t(sm_count) * dim.prep_ctas_per_sm, h.pair ? 2 : 1);
   h.slices3 = slices_for(std::max<int64_t>(h.max_extra, 1) * HV, sm_count, dim.max_slices);
 
@@ -232,6 +236,7 @@ inline sm90::PlanArgs plan_args(const HostPlan& h, const FwdParams& p) {
   a.seg_chunks = int(std::min<int64_t>(h.seg_chunks, INT32_MAX));
   a.seg0_chunks = int(std::min<int64_t>(h.seg0_chunks, INT32_MAX));
   a.seg0_split = h.seg0_split;
+  a.fold_chain = h.fold_chain ? 1 : 0;
   a.prep_chunks = h.prep_chunks;
   a.pair = h.pair ? 1 : 0;
   return a;
@@ -301,7 +306,7 @@ Status run_prepared(const HostPlan& h, sm90::KdaFwdArgs& a, const FwdParams& p, 
   const int64_t prep_ctas = HV * (h.max_chunks / h.prep_chunks + N);
   const int64_t p1_ctas = (h.seg0_split * N + 2 * h.max_extra) * HV * h.slices1;
   const int64_t p3_ctas = h.max_extra * HV * h.slices3;
-  const int64_t chain_ctas = (h.max_extra / 2) * HV * (kD / sm90::ChainTraits<kD>::kRows);
+  const int64_t chain_ctas = h.fold_chain ? 0 : (h.max_extra / 2) * HV * (kD / sm90::ChainTraits<kD>::kRows);
   for (int64_t c : {prep_ctas, p1_ctas, p3_ctas, chain_ctas})
     if (c > INT32_MAX) return {StatusCode::kUnsupported, "q: too many chunks for one launch"};
   auto e = launch.plan(a, pa);

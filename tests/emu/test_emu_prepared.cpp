@@ -169,6 +169,8 @@ std::vector<EmuCase> emu_cases() {
     cases.push_back({"prepared" + w + "_fixed", fixed, FwdPlan::kPrepared, 0, walk, 132});
     cases.push_back({"split" + w + "_L4_fixed", fixed, FwdPlan::kSplit, 4, walk, 132});
     cases.push_back({"split" + w + "_auto_fixed_16sm", fixed, FwdPlan::kSplit, 0, walk, 16});
+    // three segments (L0 = 8, L = 6 of 19 chunks): pass 3 does the chain's one step itself
+    cases.push_back({"split" + w + "_L6_fixed_three_segments", fixed, FwdPlan::kSplit, 6, walk, 132});
     cases.push_back({"split" + w + "_L2_varlen", varlen, FwdPlan::kSplit, 2, walk, 132});
     cases.push_back({"prepared" + w + "_gva", gva, FwdPlan::kPrepared, 0, walk, 132});
     cases.push_back({"split" + w + "_L4_bf16_zero_start", bf16, FwdPlan::kSplit, 4, walk, 132});

@@ -56,6 +56,7 @@ struct Fp32StageView {
   static constexpr bool kScaleQ = false;
   static constexpr bool kHalfProducts = false;  // tf32 products only
   static constexpr bool kCheckpoints = false;   // the fused kernel never writes checkpoints
+  static constexpr bool kFoldChain = false;     // nor starts from a chain step
   template <int kPitch>
   __device__ static float2 pair(const float (*m)[kPitch], int n, int kp) {
     return *reinterpret_cast<const float2*>(&m[n][kp]);
@@ -100,6 +101,7 @@ struct PackedStageView {
   static constexpr bool kScaleQ = true;        // q_hat comes without the output scale
   static constexpr bool kHalfProducts = true;  // fp16 MMAs for S k_tilde^T, S q_hat^T, U^T k_dec
   static constexpr bool kCheckpoints = kCk;    // RowsIO::ck_* (prefix-cache checkpoints)
+  static constexpr bool kFoldChain = true;     // RowsIO::fold_p (PlanArgs::fold_chain)
   __device__ static const Stage& acquire(typename Tr::Smem& sm, RingPos<Tr::kStages> r) {
     mbarrier_wait(&sm.full[r.stage], r.parity);
     return sm.stage[r.stage];
@@ -629,7 +631,41 @@ struct KdaConsumer {
         t4(ln & 3),
         m{warp, ln, ln >> 2, ln & 3, rows.has_v, args.scale} {}
 
+  // This warp's 16 rows of S_1 P_1 + R_1 (RowsIO::fold_p): lane (g, t4) forms rows g, g + 8 at its
+  // columns 8j + 2 t4, + 1 in fp32 FMA over the D rows of P_1, in order, R_1 first (as the chain
+  // kernel's error argument: docs/kernel.md, "Numerics of the transitions").
+  __device__ void fold_chain_step(float (&S)[kTiles][4]) const {
+    const float* s1 = static_cast<const float*>(io.init) + io.init_offset + int64_t(cwarp * 16 + g) * D;
+    const float* r1 = io.fold_r + int64_t(cwarp * 16 + g) * D;
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      const float2 lo = *reinterpret_cast<const float2*>(r1 + 8 * j + 2 * t4);
+      const float2 hi = *reinterpret_cast<const float2*>(r1 + 8 * D + 8 * j + 2 * t4);
+      S[j][0] = lo.x, S[j][1] = lo.y, S[j][2] = hi.x, S[j][3] = hi.y;
+    }
+#pragma unroll 1
+    for (int k = 0; k < D; k += 2) {
+      const float2 a_lo = *reinterpret_cast<const float2*>(s1 + k), a_hi = *reinterpret_cast<const float2*>(s1 + 8 * D + k);
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        const float* p_row = io.fold_p + int64_t(k + kk) * D + 2 * t4;
+        const float lo = kk ? a_lo.y : a_lo.x, hi = kk ? a_hi.y : a_hi.x;
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) {
+          const float2 pv = *reinterpret_cast<const float2*>(p_row + 8 * j);
+          S[j][0] = fmaf(lo, pv.x, S[j][0]);
+          S[j][1] = fmaf(lo, pv.y, S[j][1]);
+          S[j][2] = fmaf(hi, pv.x, S[j][2]);
+          S[j][3] = fmaf(hi, pv.y, S[j][3]);
+        }
+      }
+    }
+  }
+
   __device__ void load_state(float (&S)[kTiles][4]) const {
+    if constexpr (View::kFoldChain) {
+      if (io.fold_p != nullptr) return fold_chain_step(S);
+    }
     if (io.init == nullptr) {
       // Zeros, or the identity: row r of the slice is e_r (the transition rows start as I).
       const int r0 = io.row0 + cwarp * 16 + g;

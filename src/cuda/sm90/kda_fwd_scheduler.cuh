@@ -46,6 +46,11 @@ struct RowsIO {
   // chunk ck_next goes to column ck_m of the sequence's checkpoint_indices row, then every ck_step
   // chunks to the next column, up to walk chunk ck_last. ck_next -1: none.
   int ck_next, ck_step, ck_last, ck_m;
+  // The chain's one step folded into pass 3 (PlanArgs::fold_chain): with fold_p, the rows start
+  // from S_1 P_1 + R_1, init holding S_1 (fp32) and fold_p / fold_r P_1 (all D rows) and this
+  // slice's rows of R_1.
+  const float* fold_p;
+  const float* fold_r;
 };
 
 // Element offset of row `row` of slot `slot`, head hv in a [*, HV, kD, kD] state tensor.
@@ -72,6 +77,7 @@ __device__ __forceinline__ RowsIO whole_sequence_rows(const KdaFwdArgs& a, const
   io.has_v = true;
   io.write_out = true;
   io.ck_next = io.ck_last = -1;  // the fused kernel writes no checkpoints
+  io.fold_p = io.fold_r = nullptr;
   io.ck_step = io.ck_m = 0;
   return io;
 }

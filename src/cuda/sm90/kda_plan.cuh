@@ -75,6 +75,10 @@ struct PlanArgs {
   // warps): a split sequence's first seg0_split parts of pass 1 are segment 0, on D / slices /
   // seg0_split rows each.
   int seg0_split;
+  // 1: no sequence has more than three segments, so the chain's one step S_2 = S_1 P_1 + R_1 is
+  // done by pass 3's CTAs of segment 2 as they start (fp32 FMA, RowsIO::fold_p) and the chain
+  // kernel is not launched.
+  int fold_chain;
   int prep_chunks;  // consecutive chunks one preparation CTA prepares
   int slices;       // CTAs sharing the D rows of one part in this launch
   // 32-token steps (docs/kernel.md): chunks are prepared and walked in pairs; every sequence's

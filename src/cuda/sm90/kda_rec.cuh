@@ -118,6 +118,7 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
     local -= sub0 - 1;
   }
   RowsIO io;
+  io.fold_p = io.fold_r = nullptr;
   io.row0 = w.slice * rows;
   io.warps = rows / 16;
   if (pass == 1 && local == 0) {
@@ -167,6 +168,11 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
     io.nchunks = int(min(L, nc - io.chunk0));
     void* init = nullptr;
     segment_rows(p.seg_start, e0 + j - 1, init, io.init_offset, io.init_fp32);
+    if (p.fold_chain && segs == 3 && j == 2) {  // S_2 = S_1 P_1 + R_1 here (PlanArgs::fold_chain)
+      segment_rows(p.seg_start, e0, init, io.init_offset, io.init_fp32);
+      io.fold_p = p.seg_p + state_row_offset<kD>(e0, a.heads_v, w.hv, 0);
+      io.fold_r = p.seg_r + state_row_offset<kD>(e0, a.heads_v, w.hv, io.row0);
+    }
     io.init = init;
     if (j == segs - 1) {
       to_final();

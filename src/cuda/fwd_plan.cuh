@@ -103,11 +103,11 @@ inline int64_t split_segments(int64_t HV, int sm_count) {
 
 // The split plan's segment length L in chunks for a longest sequence of `longest` chunks
 // (longest + 1: no split): the least L with L0 + (m - 1) L >= longest, where L0 =
-// first_segment_chunks(L, seg0_split) = (r L + 2) / 4 >= (r L - 1) / 4 (r = 3, or 5 with
-// seg0_split 2), so L (4 (m - 1) + r) >= 4 longest suffices (as integers).
+// first_segment_chunks(L, seg0_split) = (r L + 2) / 4 >= (r L - 1) / 4 (r = first_segment_quarters:
+// 3, or 5 with seg0_split 2), so L (4 (m - 1) + r) >= 4 longest suffices (as integers).
 inline int64_t split_segment_chunks(const FwdParams& p, int64_t HV, int64_t longest, int sm_count, int seg0_split) {
   if (p.segment_chunks > 0) return p.segment_chunks;
-  const int64_t m = split_segments(HV, sm_count), r = seg0_split == 2 ? 5 : 3;
+  const int64_t m = split_segments(HV, sm_count), r = sm90::first_segment_quarters(seg0_split);
   return m >= 3 ? std::max(kMinSegmentChunks, ceil_div(4 * longest, 4 * (m - 1) + r)) : longest + 1;
 }
 
@@ -180,8 +180,9 @@ inline HostPlan make_plan(const FwdParams& p, int sm_count) {
     h.slices1 = slices_for((seg0_split * N + 2 * h.max_extra) * HV, sm_count, dim.max_slices);
     if (seg0_split == 1) break;
     // Pass 1 of a split fixed batch: per sequence, segment 0's two parts and the R and P parts of
-    // its extra segments but the last (max_extra / N of them): one wave of CTAs or not at all.
-    const int64_t p1_parts = N * (2 + 2 * (h.max_extra / N - 1)) * HV;
+    // its extra segments but the last (max_extra / N of them), 2 + 2 (max_extra / N - 1) parts in
+    // all: one wave of CTAs or not at all.
+    const int64_t p1_parts = 2 * h.max_extra * HV;
     if (split && dim.max_slices / h.slices1 >= 2 && p1_parts * h.slices1 <= sm_count) break;
   }
   h.prep_chunks = prep_chunks_for(h.max_chunks * HV, int64_t(sm_count) * dim.prep_ctas_per_sm, h.pair ? 2 : 1);

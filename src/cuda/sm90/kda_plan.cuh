@@ -52,8 +52,9 @@ constexpr int kSeqTableSums = 6;  // chunk, prep, extra, p1, p3, split
 // of 60, 75, 90 and 100 % of L on the H200; on half the rows a CTA (seg0_split 2: two CTAs share
 // it, each as fast a chunk as a pass-3 CTA) it is L0 = 5L/4 (docs/kernel.md, "Segment 0").
 // Segment j >= 1 covers chunks [L0 + (j - 1) L, L0 + j L).
-__host__ __device__ constexpr int64_t first_segment_chunks(int64_t L, int seg0_split = 1) {
-  return L > 1 ? ((seg0_split == 2 ? 5 : 3) * L + 2) / 4 : 1;
+__host__ __device__ constexpr int64_t first_segment_quarters(int seg0_split) { return seg0_split == 2 ? 5 : 3; }
+__host__ __device__ constexpr int64_t first_segment_chunks(int64_t L, int seg0_split) {
+  return L > 1 ? (first_segment_quarters(seg0_split) * L + 2) / 4 : 1;
 }
 
 // Segments of a sequence of `chunks` chunks: 1 (not split) unless it has at least three.

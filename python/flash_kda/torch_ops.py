@@ -77,6 +77,18 @@ def _real(name, x):
 
 # ---- operators -----------------------------------------------------------------------------------
 
+
+def _eager_fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state, cu_seqlens,
+               cu_seqlens_cpu, *rest):
+    """Both forward operators' implementation, as flash_kda.fwd's eager route: the host copy of a
+    device cu_seqlens (for its checks), then the one _C call (`rest`: _C.fwd's arguments after
+    cu_seqlens_cpu)."""
+    if cu_seqlens is not None and cu_seqlens_cpu is None:
+        cu_seqlens_cpu = _eager.host_copy(q, cu_seqlens)
+    _C.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state, cu_seqlens,
+           cu_seqlens_cpu, *rest)
+
+
 @torch.library.custom_op("flash_kda::fwd", mutates_args=("out", "final_state"))
 def _fwd_op(
     q: torch.Tensor,
@@ -100,11 +112,8 @@ def _fwd_op(
     has_initial_state: Optional[torch.Tensor] = None,
     allow_neg_eigval: bool = False,
 ) -> None:
-    # as flash_kda.fwd: the host copy of a device cu_seqlens (for its checks), then the one _C call
-    if cu_seqlens is not None and cu_seqlens_cpu is None:
-        cu_seqlens_cpu = _eager.host_copy(q, cu_seqlens)
-    _C.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state, cu_seqlens,
-           cu_seqlens_cpu, state_indices, has_initial_state, None, None, None, None, backend, allow_neg_eigval)
+    _eager_fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state, cu_seqlens,
+               cu_seqlens_cpu, state_indices, has_initial_state, None, None, None, None, backend, allow_neg_eigval)
 
 
 def _check_fwd_meta(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state=None,
@@ -154,12 +163,9 @@ def _fwd_ckpt_op(
     checkpoint_interval: Optional[int],
     allow_neg_eigval: bool = False,
 ) -> None:
-    # as flash_kda.fwd: the host copy of a device cu_seqlens (for its checks), then the one _C call
-    if cu_seqlens is not None and cu_seqlens_cpu is None:
-        cu_seqlens_cpu = _eager.host_copy(q, cu_seqlens)
-    _C.fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state, cu_seqlens,
-           cu_seqlens_cpu, state_indices, has_initial_state, checkpoint_state, checkpoint_indices, checkpoint_start,
-           checkpoint_interval, backend, allow_neg_eigval)
+    _eager_fwd(q, k, v, g, beta, scale, out, A_log, dt_bias, lower_bound, initial_state, final_state, cu_seqlens,
+               cu_seqlens_cpu, state_indices, has_initial_state, checkpoint_state, checkpoint_indices,
+               checkpoint_start, checkpoint_interval, backend, allow_neg_eigval)
 
 
 _fwd_ckpt_op.register_fake(_check_fwd_meta)

@@ -74,6 +74,8 @@ struct WarpRendezvous {
 struct NamedBarrier {
   int arrived = 0;
   uint64_t gen = 0;
+  bool red = true;     // bar.red.and of the arrivals so far
+  bool red_last = true;  // of the last completed round
 };
 
 struct MBarrier {
@@ -173,7 +175,7 @@ Out warp_collective(int op, const In& in, F compute, unsigned mask = 0xffffffffu
   return o;
 }
 
-enum Op { kSyncWarp = 1, kShflXor, kShflUp, kBallot, kAll, kMmaF16, kMmaTf32, kLdmatrixT };
+enum Op { kSyncWarp = 1, kShflXor, kShflUp, kBallot, kAll, kMmaF16, kMmaTf32, kLdmatrixT, kLdmatrix, kWgmma };
 
 struct Empty {};
 
@@ -317,21 +319,104 @@ inline uint4 ldmatrix_x4_trans(const void* row) {
   return make_uint4(o.r[0], o.r[1], o.r[2], o.r[3]);
 }
 
-// Named barrier `id` of `count` threads (bar.sync waits, bar.arrive does not).
-inline void named_barrier(int id, int count, bool wait) {
+// ldmatrix.sync.aligned.m8n8.x4.b16 (not transposed): lanes 8m .. 8m + 7 give the rows of matrix m.
+inline uint4 ldmatrix_x4(const void* row) {
+  struct Out {
+    uint32_t r[4];
+  };
+  const Out o = warp_collective<Out>(kLdmatrix, row, [](const void* const* rows, Out* out) {
+    for (int l = 0; l < 32; ++l)
+      for (int m = 0; m < 4; ++m) {
+        const auto* r = static_cast<const uint16_t*>(rows[8 * m + l / 4]);
+        out[l].r[m] = uint32_t(r[2 * (l % 4)]) | uint32_t(r[2 * (l % 4) + 1]) << 16;
+      }
+  });
+  return make_uint4(o.r[0], o.r[1], o.r[2], o.r[3]);
+}
+
+// wgmma shared-memory descriptors: the start address is the byte offset into the CTA's shared memory
+// (as the hardware's shared window), in the same bit fields.
+inline uint64_t smem_desc(const void* smem, uint32_t lbo, uint32_t sbo) {
+  const auto off = static_cast<const unsigned char*>(smem) - g_cta->smem.data();
+  if (off < 0 || off >= int64_t(g_cta->smem.size()) || off % 16 != 0) fail("wgmma descriptor outside shared memory");
+  return uint64_t((off >> 4) & 0x3fff) | uint64_t((lbo >> 4) & 0x3fffu) << 16 | uint64_t((sbo >> 4) & 0x3fffu) << 32;
+}
+// Element (k, n) of a wgmma B operand of fp16 described by `desc` (no swizzle): core matrices of
+// eight 16-byte rows; K-major (kTransB false): row = n % 8 holding k % 8; N-major: row = k % 8
+// holding n % 8. LBO steps K by 8, SBO steps N by 8.
+template <bool kTransB>
+inline float wgmma_b(uint64_t desc, int k, int n) {
+  const int64_t start = int64_t(desc & 0x3fff) << 4, lbo = int64_t(desc >> 16 & 0x3fff) << 4,
+                sbo = int64_t(desc >> 32 & 0x3fff) << 4;
+  const int64_t at = start + (k / 8) * lbo + (n / 8) * sbo + (kTransB ? (k % 8) * 16 + (n % 8) * 2 : (n % 8) * 16 + (k % 8) * 2);
+  if (at < 0 || at + 2 > int64_t(g_cta->smem.size())) fail("wgmma operand outside shared memory");
+  uint16_t h;
+  std::memcpy(&h, g_cta->smem.data() + at, 2);
+  return __half2float(__ushort_as_half(h));
+}
+// wgmma.mma_async m64nNk16 f32 += f16 x f16 with A from registers, emulated warp by warp: a warp's
+// 16 rows of D depend only on its own A rows and the shared B (the warpgroup's four warps issue
+// the same descriptor). Completes at once (commit / wait are no-ops).
+template <int kN, bool kTransB>
+inline void wgmma_f16(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t desc) {
+  struct In {
+    uint32_t a[4];
+    uint64_t desc;
+  };
+  In in{{a[0], a[1], a[2], a[3]}, desc};
+  // (the accumulator does not fit a collective slot: each lane adds its own part afterwards)
+  struct Part {
+    float a[16][16];
+  };
+  static std::vector<Part> parts;  // one a warp (lanes of other warps may run in between)
+  const int lane = g_cta->cur % 32, warp = g_cta->cur / 32;
+  if (parts.size() < g_cta->warps.size()) parts.resize(g_cta->warps.size());
+  Part& part = parts[warp];
+  warp_collective<Empty>(kWgmma, in, [&](const In* x, Empty*) {
+    for (int l = 0; l < 32; ++l) {
+      if (x[l].desc != x[0].desc) fail("lanes of a warp issued wgmma with different descriptors");
+      const int g = l / 4, t = l % 4;
+      for (int h = 0; h < 2; ++h) {
+        part.a[g][2 * t + h] = half_bits(x[l].a[0], h);
+        part.a[g + 8][2 * t + h] = half_bits(x[l].a[1], h);
+        part.a[g][2 * t + 8 + h] = half_bits(x[l].a[2], h);
+        part.a[g + 8][2 * t + 8 + h] = half_bits(x[l].a[3], h);
+      }
+    }
+  });
+  // The warp's A is in `part` now (written by the last lane to arrive, before any returns; no lane
+  // of the warp reaches another wgmma before all have read it: each reads it here, then syncs).
+  const int g = lane / 4, t = lane % 4;
+  for (int j = 0; j < kN / 8; ++j)
+    for (int r = 0; r < 4; ++r) {
+      const int row = g + (r >= 2 ? 8 : 0), col = 8 * j + 2 * t + (r & 1);
+      double s = d[j][r];
+      for (int k = 0; k < 16; ++k) s += double(part.a[row][k]) * wgmma_b<kTransB>(desc, k, col);
+      d[j][r] = float(s);
+    }
+  syncwarp(0xffffffffu);
+}
+
+// Named barrier `id` of `count` threads (bar.sync waits, bar.arrive does not); returns the AND of
+// every arrival's `p` in this round (bar.red.and; for a waiting call).
+inline bool named_barrier(int id, int count, bool wait, bool p = true) {
   Cta& c = *g_cta;
   if (id < 0 || id > 15) fail("named barrier id " + std::to_string(id));
   NamedBarrier& b = c.bars[id];
   const uint64_t gen = b.gen;
+  b.red = b.red && p;
   if (++b.arrived == count) {
     b.arrived = 0;
+    b.red_last = b.red;
+    b.red = true;
     ++b.gen;
     ++c.progress;
-    return;
+    return b.red_last;
   }
   ++c.progress;
-  if (wait)
-    while (b.gen == gen) yield();
+  if (!wait) return true;
+  while (b.gen == gen) yield();
+  return b.red_last;  // (the next round cannot complete before this thread arrives again)
 }
 
 inline MBarrier& mbarrier(const void* bar) {

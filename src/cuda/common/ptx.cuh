@@ -1,4 +1,4 @@
-// Thin wrappers around the PTX instructions the kernels use: tf32 tensor-core MMA, asynchronous
+// Thin wrappers around the PTX instructions the kernels use: tensor-core MMA (mma.sync, wgmma), asynchronous
 // global->shared copies, named barriers, fast transcendental functions.
 #pragma once
 
@@ -30,6 +30,22 @@ inline uint32_t pack_f16(float lo, float hi) {
   return r;
 }
 inline uint4 ldmatrix_x4_trans(const void* smem_row) { return emu::ldmatrix_x4_trans(smem_row); }
+inline uint4 ldmatrix_x4(const void* smem_row) { return emu::ldmatrix_x4(smem_row); }
+inline uint64_t smem_desc(const void* smem, uint32_t lbo, uint32_t sbo) { return emu::smem_desc(smem, lbo, sbo); }
+inline void wgmma_fence() {}
+inline void wgmma_commit() {}
+template <int N>
+inline void wgmma_wait() {}
+template <int kN, bool kTransB>
+inline void wgmma_f16(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t desc_b) {
+  emu::wgmma_f16<kN, kTransB>(d, a, desc_b);
+}
+template <int kRows>
+inline void wgmma_fence_operand(float (&)[kRows][4]) {}
+inline bool bar_red_and(int id, int count, bool p) {
+  __syncwarp();
+  return emu::named_barrier(id, count, true, p);
+}
 inline void cp_async_16(void* smem, const void* gmem, uint32_t src_bytes) {
   std::memset(smem, 0, 16);
   if (src_bytes) std::memcpy(smem, gmem, src_bytes < 16 ? src_bytes : 16);
@@ -108,6 +124,102 @@ __device__ __forceinline__ uint4 ldmatrix_x4_trans(const void* smem_row) {
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "r"(s));
   return r;
+}
+
+// Four 8x8 b16 matrices from shared memory (ldmatrix, not transposed): lanes 8m..8m+7 give the
+// addresses of matrix m's eight 16-byte rows; register m of lane l then holds elements (l / 4, 2(l % 4))
+// and (l / 4, 2(l % 4) + 1) of matrix m, the lower column in the low half.
+__device__ __forceinline__ uint4 ldmatrix_x4(const void* smem_row) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+  uint4 r;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "r"(s));
+  return r;
+}
+
+// ---- warpgroup MMA (wgmma, sm_90a) ------------------------------------------------------------------
+// A descriptor of a B operand in shared memory without swizzling. The operand is made of core
+// matrices of eight 16-byte rows (128 contiguous bytes); `lbo` is the byte distance between core
+// matrices adjacent in the contraction (K) direction, `sbo` between those adjacent in N. A core
+// matrix row holds 8 consecutive K indices of one N index (K-major, kTransB = false) or 8
+// consecutive N indices of one K index (N-major, kTransB = true).
+__device__ __forceinline__ uint64_t smem_desc(const void* smem, uint32_t lbo, uint32_t sbo) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  return uint64_t((s >> 4) & 0x3fffu) | uint64_t((lbo >> 4) & 0x3fffu) << 16 | uint64_t((sbo >> 4) & 0x3fffu) << 32;
+}
+// Orders this thread's earlier register writes (accumulators, A fragments) before the next wgmma.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Waits until at most N committed groups of this warpgroup's wgmmas are pending.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accesses of an accumulator across the fence/wait around a wgmma.
+template <int kRows>
+__device__ __forceinline__ void wgmma_fence_operand(float (&d)[kRows][4]) {
+#pragma unroll
+  for (int j = 0; j < kRows; ++j)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) asm volatile("" : "+f"(d[j][r])::"memory");
+}
+
+#define FLASH_KDA_WG_D4(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+// D(64 x kN) += A(64 x 16) B(16 x kN), fp16 operands, fp32 accumulation, issued asynchronously by
+// the four warps of a warpgroup (wgmma_commit / wgmma_wait complete it). Warp w of the group holds
+// rows 16w .. 16w + 15: its A registers as mma_f16's a, its accumulator as kN / 8 tiles in
+// mma_f16's d layout (tile j: columns 8j .. 8j + 7). B from shared memory (smem_desc).
+template <int kN, bool kTransB>
+__device__ __forceinline__ void wgmma_f16(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t desc_b) {
+  static_assert(kN == 16 || kN == 32 || kN == 64 || kN == 128, "wgmma shapes used here");
+  constexpr int kT = kTransB ? 1 : 0;
+  // (the descriptor as two 32-bit halves: the address half changes from one call to the next, the
+  // other stays in one register)
+  const uint32_t lo = uint32_t(desc_b), hi = uint32_t(desc_b >> 32);
+  if constexpr (kN == 16) {
+    asm volatile(
+        "{\n\t.reg .pred sd;\n\t.reg .b64 db;\n\tsetp.eq.u32 sd, 1, 1;\n\tmov.b64 db, {%12, %13};\n\twgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, db, sd, 1, 1, %14;\n\t}\n"
+        : FLASH_KDA_WG_D4(0), FLASH_KDA_WG_D4(1)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(lo), "r"(hi), "n"(kT));
+  } else if constexpr (kN == 32) {
+    asm volatile(
+        "{\n\t.reg .pred sd;\n\t.reg .b64 db;\n\tsetp.eq.u32 sd, 1, 1;\n\tmov.b64 db, {%20, %21};\n\twgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
+        "{%16,%17,%18,%19}, db, sd, 1, 1, %22;\n\t}\n"
+        : FLASH_KDA_WG_D4(0), FLASH_KDA_WG_D4(1), FLASH_KDA_WG_D4(2), FLASH_KDA_WG_D4(3)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(lo), "r"(hi), "n"(kT));
+  } else if constexpr (kN == 64) {
+    asm volatile(
+        "{\n\t.reg .pred sd;\n\t.reg .b64 db;\n\tsetp.eq.u32 sd, 1, 1;\n\tmov.b64 db, {%36, %37};\n\twgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, db, sd, 1, 1, %38;\n\t}\n"
+        : FLASH_KDA_WG_D4(0), FLASH_KDA_WG_D4(1), FLASH_KDA_WG_D4(2), FLASH_KDA_WG_D4(3), FLASH_KDA_WG_D4(4),
+          FLASH_KDA_WG_D4(5), FLASH_KDA_WG_D4(6), FLASH_KDA_WG_D4(7)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(lo), "r"(hi), "n"(kT));
+  } else {
+    asm volatile(
+        "{\n\t.reg .pred sd;\n\t.reg .b64 db;\n\tsetp.eq.u32 sd, 1, 1;\n\tmov.b64 db, {%68, %69};\n\twgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,"
+        "%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+        "{%64,%65,%66,%67}, db, sd, 1, 1, %70;\n\t}\n"
+        : FLASH_KDA_WG_D4(0), FLASH_KDA_WG_D4(1), FLASH_KDA_WG_D4(2), FLASH_KDA_WG_D4(3), FLASH_KDA_WG_D4(4),
+          FLASH_KDA_WG_D4(5), FLASH_KDA_WG_D4(6), FLASH_KDA_WG_D4(7), FLASH_KDA_WG_D4(8), FLASH_KDA_WG_D4(9),
+          FLASH_KDA_WG_D4(10), FLASH_KDA_WG_D4(11), FLASH_KDA_WG_D4(12), FLASH_KDA_WG_D4(13), FLASH_KDA_WG_D4(14),
+          FLASH_KDA_WG_D4(15)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(lo), "r"(hi), "n"(kT));
+  }
+}
+#undef FLASH_KDA_WG_D4
+
+// bar.red.and over named barrier `id` of `count` threads: whether `p` holds on every one of them.
+__device__ __forceinline__ bool bar_red_and(int id, int count, bool p) {
+  __syncwarp();
+  uint32_t r;
+  asm volatile(
+      "{\n\t.reg .pred pi, po;\n\tsetp.ne.u32 pi, %1, 0;\n\tbar.red.and.pred po, %2, %3, pi;\n\tselp.u32 %0, 1, 0, po;\n\t}"
+      : "=r"(r)
+      : "r"(uint32_t(p)), "r"(id), "r"(count)
+      : "memory");
+  return r != 0;
 }
 
 // 16-byte asynchronous copy global -> shared; `src_bytes` < 16 zero-fills the rest (0: all zeros,

@@ -120,22 +120,31 @@ struct PackedStageView {
   }
   __device__ static int checkpoint_step(typename Tr::Smem& sm) { return *static_cast<volatile int*>(&sm.ck_step); }
   __device__ static int checkpoint_last(typename Tr::Smem& sm) { return *static_cast<volatile int*>(&sm.ck_last); }
-  __device__ static float2 word(const Stage& st, int offset, int w) {
-    return __half22float2(*reinterpret_cast<const __half2*>(st.prepared + offset + 4 * w));
+  // fp16 B fragments of mma_f16 for step i: {tile 0 b0, b1, tile 1 b0, b1}, by one ldmatrix from
+  // the tiles' core matrices (KdaPrepared::tile_byte). k_tilde / q_hat (frag16_kq): contraction
+  // over channels 16i .. 16i + 15, tiles = tokens 0-7 and 8-15 (rows are channels: transposed);
+  // k_dec (frag16_kdec): contraction over the 16 tokens, tiles = channels 16i .. + 7 and + 8 .. + 15.
+  __device__ static uint4 frag16_kq(const Stage& st, int offset, int i, int lane) {
+    const int m = lane >> 3;  // matrix m: channel group 2i + m % 2, token group m / 2
+    return ptx::ldmatrix_x4_trans(st.prepared + offset + (2 * i + (m & 1)) * Prepared::kChannelGroupBytes +
+                                  (m >> 1) * Prepared::kTokenGroupBytes + (lane & 7) * Prepared::kRowBytes);
   }
-  // fp16 B fragments of step i (k_tilde / q_hat: channels 16i..16i+15; k_dec: channels 16i..16i+15
-  // as two n8 tiles): {tile 0 b0, b1, tile 1 b0, b1}.
-  __device__ static uint4 frag16(const Stage& st, int offset, int i, int lane) {
-    return *reinterpret_cast<const uint4*>(st.prepared + offset + 16 * (32 * i + lane));
+  __device__ static uint4 frag16_kdec(const Stage& st, int offset, int i, int lane) {
+    const int m = lane >> 3;  // matrix m: channel group 2i + m / 2, token group m % 2
+    return ptx::ldmatrix_x4(st.prepared + offset + (2 * i + (m >> 1)) * Prepared::kChannelGroupBytes +
+                            (m & 1) * Prepared::kTokenGroupBytes + (lane & 7) * Prepared::kRowBytes);
   }
   // gamma of channels (16i + 2t, +1, 16i + 8 + 2t, +1)
   __device__ static float4 gamma4(const Stage& st, int i, int t4) {
     return *reinterpret_cast<const float4*>(st.prepared + Prepared::kGamma + 16 * (4 * i + t4));
   }
+  __device__ static float half_at(const Stage& st, int offset, int c, int t) {
+    return __half2float(*reinterpret_cast<const __half*>(st.prepared + offset + Prepared::tile_byte(c, t)));
+  }
+  // tf32 fallback: (token g, channel c), (g + 8, c), (g, c + 1), (g + 8, c + 1) of k_tilde or q_hat
   __device__ static float4 kq(const Stage& st, int offset, int g, int c) {
-    const float2 lo = word(st, offset, Prepared::kq_word(g, c >> 1));
-    const float2 hi = word(st, offset, Prepared::kq_word(g + 8, c >> 1));
-    return make_float4(lo.x, hi.x, lo.y, hi.y);
+    return make_float4(half_at(st, offset, c, g), half_at(st, offset, c, g + 8), half_at(st, offset, c + 1, g),
+                       half_at(st, offset, c + 1, g + 8));
   }
   __device__ static float4 k_frag(const Stage& st, int g, int c) { return kq(st, Prepared::kKTilde, g, c); }
   __device__ static float4 q_frag(const Stage& st, int g, int c) { return kq(st, Prepared::kQHat, g, c); }
@@ -158,8 +167,10 @@ struct PackedStageView {
   }
   __device__ static float2 neg_t(const Stage& st, int t, int s) { return square(st, Prepared::kNegT, t, s); }
   __device__ static float2 m(const Stage& st, int t, int s) { return square(st, Prepared::kM, t, s); }
-  __device__ static float2 k_dec(const Stage& st, int c, int t) {
-    return word(st, Prepared::kKDec, Prepared::k_dec_word(c, t / 2));
+  // tokens t, t + 1 (t even) of channel c of k_dec
+  __device__ static float2 k_dec(const Stage& st, int c, int t) { return k_dec_at(st, Prepared::kKDec, c, t); }
+  __device__ static float2 k_dec_at(const Stage& st, int offset, int c, int t) {
+    return __half22float2(*reinterpret_cast<const __half2*>(st.prepared + offset + Prepared::tile_byte(c, t)));
   }
   __device__ static float2 gamma(const Stage& st, int c) {
     return *reinterpret_cast<const float2*>(st.prepared + Prepared::kGamma + 4 * Prepared::gamma_word(c));
@@ -231,33 +242,107 @@ struct ChunkMath {
   template <bool kOut, bool kHalf, bool kDecay>
   __device__ __forceinline__ void finish(const Stage& st, float (&S)[kTiles][4], float (&xq)[2][4],
                                          const float (&u)[2][4]) const {
-    if constexpr (View::kScaleQ && kOut) {
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) xq[n][r] *= scale;
-    }
     float ua[2][4];  // U^T as tf32 A fragments (k positions t, t + 4 = tokens 2t, 2t + 1)
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      ua[kk][0] = ptx::round_tf32(u[kk][0]), ua[kk][1] = ptx::round_tf32(u[kk][2]);
-      ua[kk][2] = ptx::round_tf32(u[kk][1]), ua[kk][3] = ptx::round_tf32(u[kk][3]);
-    }
-    if constexpr (kOut) {
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk)
-#pragma unroll
-        for (int n = 0; n < 2; ++n) {
-          const float2 b = View::m(st, 8 * n + g, 8 * kk + 2 * t4);
-          ptx::mma_tf32(xq[n], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
-        }
-    }
+    tf32_a(u, ua);
+    if constexpr (kOut) out_products(st, xq, ua);
     if constexpr (kDecay) decay(st, S);
     if constexpr (kHalf) {
       update_f16(st, S, u);
     } else {
       update_tf32(st, S, ua);
     }
+  }
+
+  template <int kN>
+  __device__ static void tf32_a(const float (&u)[kN][4], float (&ua)[kN][4]) {
+#pragma unroll
+    for (int kk = 0; kk < kN; ++kk) {
+      ua[kk][0] = ptx::round_tf32(u[kk][0]), ua[kk][1] = ptx::round_tf32(u[kk][2]);
+      ua[kk][2] = ptx::round_tf32(u[kk][1]), ua[kk][3] = ptx::round_tf32(u[kk][3]);
+    }
+  }
+
+  // Step 3: O^T = xq scale + U^T M^T (U^T as tf32 A fragments).
+  __device__ void out_products(const Stage& st, float (&xq)[2][4], const float (&ua)[2][4]) const {
+    if constexpr (View::kScaleQ) {
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) xq[n][r] *= scale;
+    }
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        const float2 b = View::m(st, 8 * n + g, 8 * kk + 2 * t4);
+        ptx::mma_tf32(xq[n], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
+      }
+  }
+
+  // ---- warpgroup MMAs (the recurrence kernel's CTAs of whole warpgroups: kda_fwd_consumer.cuh's
+  // KdaConsumer with kWg) ----
+  // Step 1 for the warpgroup's 64 rows: xk (which holds -v) and xq accumulate S k_tilde^T and
+  // S q_hat^T over the kD channels, S in fp16 from registers, the tiles from the stage (N-major
+  // B operands, KdaPrepared::tile_byte); returns when they are complete.
+  template <bool kOut>
+  __device__ void products_wg(const Stage& st, const float (&S)[kTiles][4], float (&xk)[2][4],
+                              float (&xq)[2][4]) const {
+    uint32_t af[kTiles / 2][4];
+    state_a(S, af);
+    const uint64_t dk = kq_desc(st, Prepared::kKTilde), dq = kq_desc(st, Prepared::kQHat);
+    ptx::wgmma_fence_operand(xk);
+    ptx::wgmma_fence_operand(xq);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int i = 0; i < kTiles / 2; ++i) {
+      ptx::wgmma_f16<16, true>(xk, af[i], dk + kq_step(i));
+      if constexpr (kOut) ptx::wgmma_f16<16, true>(xq, af[i], dq + kq_step(i));
+    }
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<0>();
+    ptx::wgmma_fence_operand(xk);
+    ptx::wgmma_fence_operand(xq);
+  }
+  // S as fp16 A fragments: step i is accumulator tiles 2i and 2i + 1 as they stand.
+  __device__ static void state_a(const float (&S)[kTiles][4], uint32_t (&af)[kTiles / 2][4]) {
+#pragma unroll
+    for (int i = 0; i < kTiles / 2; ++i) {
+      af[i][0] = ptx::pack_f16(S[2 * i][0], S[2 * i][1]), af[i][1] = ptx::pack_f16(S[2 * i][2], S[2 * i][3]);
+      af[i][2] = ptx::pack_f16(S[2 * i + 1][0], S[2 * i + 1][1]);
+      af[i][3] = ptx::pack_f16(S[2 * i + 1][2], S[2 * i + 1][3]);
+    }
+  }
+  // Descriptors: k_tilde / q_hat as N-major B (K = channels: 8 a core matrix, the next 8 one channel
+  // group on; N = tokens, the next 8 one token group on); step i starts 16 channels further. k_dec as
+  // K-major B (K = tokens, N = channels).
+  __device__ static uint64_t kq_desc(const Stage& st, int offset) {
+    return ptx::smem_desc(st.prepared + offset, Prepared::kChannelGroupBytes, Prepared::kTokenGroupBytes);
+  }
+  __device__ static constexpr uint64_t kq_step(int i) { return uint64_t(2 * i * Prepared::kChannelGroupBytes) >> 4; }
+  __device__ static uint64_t k_dec_desc(const Stage& st, int offset) {
+    return ptx::smem_desc(st.prepared + offset, Prepared::kTokenGroupBytes, Prepared::kChannelGroupBytes);
+  }
+  // Whether the chunk may finish in fp16 on this thread: its products are finite (S fits fp16,
+  // docs of products_f16) and U fits fp16. (fmaxf skips NaN: a NaN u passes and propagates.)
+  template <int kN>
+  __device__ static bool half_ok(const float (&xk)[kN][4], const float (&u)[kN][4]) {
+    float sum = 0.f, b = 0.f;
+#pragma unroll
+    for (int n = 0; n < kN; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) sum += xk[n][r], b = fmaxf(b, fabsf(u[n][r]));
+    return isfinite(sum) && b < 65504.f;
+  }
+  // Step 4 issued (S already decayed): S += U^T k_dec, U^T in fp16 from registers; the caller
+  // waits (ptx::wgmma_wait) before touching S or releasing the stage.
+  __device__ void update_wg(const Stage& st, float (&S)[kTiles][4], const float (&u)[2][4]) const {
+    const uint32_t af[4] = {ptx::pack_f16(u[0][0], u[0][1]), ptx::pack_f16(u[0][2], u[0][3]),
+                            ptx::pack_f16(u[1][0], u[1][1]), ptx::pack_f16(u[1][2], u[1][3])};
+    const uint64_t d = k_dec_desc(st, Prepared::kKDec);
+    ptx::wgmma_fence_operand(S);
+    ptx::wgmma_fence();
+    ptx::wgmma_f16<D, false>(S, af, d);
+    ptx::wgmma_commit();
   }
 
   __device__ void init_products(const Stage& st, float (&xk)[2][4], float (&xq)[2][4]) const {
@@ -320,12 +405,12 @@ struct ChunkMath {
       const uint32_t af[4] = {ptx::pack_f16(S[2 * i][0], S[2 * i][1]), ptx::pack_f16(S[2 * i][2], S[2 * i][3]),
                               ptx::pack_f16(S[2 * i + 1][0], S[2 * i + 1][1]),
                               ptx::pack_f16(S[2 * i + 1][2], S[2 * i + 1][3])};
-      const uint4 bk = View::frag16(st, Prepared::kKTilde, i, lane);
+      const uint4 bk = View::frag16_kq(st, Prepared::kKTilde, i, lane);
       float(&ck)[2][4] = i % 2 ? xk_odd : xk;
       ptx::mma_f16(ck[0], af, bk.x, bk.y);
       ptx::mma_f16(ck[1], af, bk.z, bk.w);
       if constexpr (kOut) {
-        const uint4 bq = View::frag16(st, Prepared::kQHat, i, lane);
+        const uint4 bq = View::frag16_kq(st, Prepared::kQHat, i, lane);
         float(&cq)[2][4] = i % 2 ? xq_odd : xq;
         ptx::mma_f16(cq[0], af, bq.x, bq.y);
         ptx::mma_f16(cq[1], af, bq.z, bq.w);
@@ -383,7 +468,7 @@ struct ChunkMath {
                             ptx::pack_f16(u[1][0], u[1][1]), ptx::pack_f16(u[1][2], u[1][3])};
 #pragma unroll
     for (int i = 0; i < kTiles / 2; ++i) {
-      const uint4 kd = View::frag16(st, Prepared::kKDec, i, lane);
+      const uint4 kd = View::frag16_kdec(st, Prepared::kKDec, i, lane);
       ptx::mma_f16(S[2 * i], af, kd.x, kd.y);
       ptx::mma_f16(S[2 * i + 1], af, kd.z, kd.w);
     }
@@ -407,6 +492,7 @@ struct PairMath {
   using Prepared = KdaPrepared<D>;
   static constexpr int kSlot = Prepared::kPairSlot;
   static_assert(Tr::kChunk == 32 && View::kHalfProducts, "pairs of prepared chunks");
+  using Chunk = ChunkMath<Tr, View>;  // (its helpers that do not depend on the step's tokens)
 
   int cwarp, lane, g, t4;
   bool has_v;
@@ -465,33 +551,84 @@ struct PairMath {
   template <bool kOut, bool kHalf, bool kDecay>
   __device__ __forceinline__ void finish(const Stage& st, float (&S)[kTiles][4], float (&xq)[NT][4],
                                          const float (&u)[NT][4]) const {
-    if constexpr (kOut) {
-#pragma unroll
-      for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) xq[n][r] *= scale;
-    }
     float ua[NT][4];
-#pragma unroll
-    for (int kk = 0; kk < NT; ++kk) {
-      ua[kk][0] = ptx::round_tf32(u[kk][0]), ua[kk][1] = ptx::round_tf32(u[kk][2]);
-      ua[kk][2] = ptx::round_tf32(u[kk][1]), ua[kk][3] = ptx::round_tf32(u[kk][3]);
-    }
-    if constexpr (kOut) {
-#pragma unroll
-      for (int kk = 0; kk < NT; ++kk)
-#pragma unroll
-        for (int n = kk; n < NT; ++n) {
-          const float2 b = View::square(st, block(Prepared::kM, n, kk, false), 8 * (n % 2) + g, 8 * (kk % 2) + 2 * t4);
-          ptx::mma_tf32(xq[n], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
-        }
-    }
+    Chunk::tf32_a(u, ua);
+    if constexpr (kOut) out_products(st, xq, ua);
     if constexpr (kDecay) decay(st, S);
     if constexpr (kHalf) {
       update_f16(st, S, u);
     } else {
       update_tf32(st, S, ua);
     }
+  }
+
+  __device__ void out_products(const Stage& st, float (&xq)[NT][4], const float (&ua)[NT][4]) const {
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) xq[n][r] *= scale;
+#pragma unroll
+    for (int kk = 0; kk < NT; ++kk)
+#pragma unroll
+      for (int n = kk; n < NT; ++n) {
+        const float2 b = View::square(st, block(Prepared::kM, n, kk, false), 8 * (n % 2) + g, 8 * (kk % 2) + 2 * t4);
+        ptx::mma_tf32(xq[n], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
+      }
+  }
+
+  // ---- warpgroup MMAs (ChunkMath's, over both slots: token tiles 2h, 2h + 1 are slot h's) ----
+  template <bool kOut>
+  __device__ void products_wg(const Stage& st, const float (&S)[kTiles][4], float (&xk)[NT][4],
+                              float (&xq)[NT][4]) const {
+    uint32_t af[kTiles / 2][4];
+    Chunk::state_a(S, af);
+    const uint64_t dk = Chunk::kq_desc(st, Prepared::kKTilde), dq = Chunk::kq_desc(st, Prepared::kQHat);
+    constexpr uint64_t kSlotDesc = uint64_t(kSlot) >> 4;
+    // (one accumulator a slot, as whole arrays: references into xk would take its address)
+    float xk0[2][4], xk1[2][4], xq0[2][4], xq1[2][4];
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) xk0[n][r] = xk[n][r], xk1[n][r] = xk[2 + n][r], xq0[n][r] = xq1[n][r] = 0.f;
+    ptx::wgmma_fence_operand(xk0);
+    ptx::wgmma_fence_operand(xk1);
+    ptx::wgmma_fence_operand(xq0);
+    ptx::wgmma_fence_operand(xq1);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int i = 0; i < kTiles / 2; ++i) {
+      ptx::wgmma_f16<16, true>(xk0, af[i], dk + Chunk::kq_step(i));
+      ptx::wgmma_f16<16, true>(xk1, af[i], dk + kSlotDesc + Chunk::kq_step(i));
+      if constexpr (kOut) {
+        ptx::wgmma_f16<16, true>(xq0, af[i], dq + Chunk::kq_step(i));
+        ptx::wgmma_f16<16, true>(xq1, af[i], dq + kSlotDesc + Chunk::kq_step(i));
+      }
+    }
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<0>();
+    ptx::wgmma_fence_operand(xk0);
+    ptx::wgmma_fence_operand(xk1);
+    ptx::wgmma_fence_operand(xq0);
+    ptx::wgmma_fence_operand(xq1);
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) xk[n][r] = xk0[n][r], xk[2 + n][r] = xk1[n][r], xq[n][r] = xq0[n][r], xq[2 + n][r] = xq1[n][r];
+  }
+  __device__ void update_wg(const Stage& st, float (&S)[kTiles][4], const float (&u)[NT][4]) const {
+    uint32_t af[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      af[h][0] = ptx::pack_f16(u[2 * h][0], u[2 * h][1]), af[h][1] = ptx::pack_f16(u[2 * h][2], u[2 * h][3]);
+      af[h][2] = ptx::pack_f16(u[2 * h + 1][0], u[2 * h + 1][1]);
+      af[h][3] = ptx::pack_f16(u[2 * h + 1][2], u[2 * h + 1][3]);
+    }
+    const uint64_t d = Chunk::k_dec_desc(st, Prepared::kKDec);
+    ptx::wgmma_fence_operand(S);
+    ptx::wgmma_fence();
+    ptx::wgmma_f16<D, false>(S, af[0], d);
+    ptx::wgmma_f16<D, false>(S, af[1], d + (uint64_t(kSlot) >> 4));
+    ptx::wgmma_commit();
   }
 
   // -v of this warp's rows as the C fragments of xk: one transposing ldmatrix a chunk (as
@@ -550,11 +687,11 @@ struct PairMath {
                               ptx::pack_f16(S[2 * i + 1][2], S[2 * i + 1][3])};
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const uint4 bk = View::frag16(st, h * kSlot + Prepared::kKTilde, i, lane);
+        const uint4 bk = View::frag16_kq(st, h * kSlot + Prepared::kKTilde, i, lane);
         ptx::mma_f16(xk[2 * h], af, bk.x, bk.y);
         ptx::mma_f16(xk[2 * h + 1], af, bk.z, bk.w);
         if constexpr (kOut) {
-          const uint4 bq = View::frag16(st, h * kSlot + Prepared::kQHat, i, lane);
+          const uint4 bq = View::frag16_kq(st, h * kSlot + Prepared::kQHat, i, lane);
           ptx::mma_f16(xq[2 * h], af, bq.x, bq.y);
           ptx::mma_f16(xq[2 * h + 1], af, bq.z, bq.w);
         }
@@ -578,8 +715,7 @@ struct PairMath {
     for (int j = 0; j < kTiles; ++j)
 #pragma unroll
       for (int kk = 0; kk < NT; ++kk) {
-        const float2 b = View::word(st, (kk / 2) * kSlot + Prepared::kKDec,
-                                    Prepared::k_dec_word(8 * j + g, (8 * (kk % 2) + 2 * t4) / 2));
+        const float2 b = View::k_dec_at(st, (kk / 2) * kSlot + Prepared::kKDec, 8 * j + g, 8 * (kk % 2) + 2 * t4);
         ptx::mma_tf32(S[j], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
       }
   }
@@ -593,7 +729,7 @@ struct PairMath {
                               ptx::pack_f16(u[2 * h + 1][2], u[2 * h + 1][3])};
 #pragma unroll
       for (int i = 0; i < kTiles / 2; ++i) {
-        const uint4 kd = View::frag16(st, h * kSlot + Prepared::kKDec, i, lane);
+        const uint4 kd = View::frag16_kdec(st, h * kSlot + Prepared::kKDec, i, lane);
         ptx::mma_f16(S[2 * i], af, kd.x, kd.y);
         ptx::mma_f16(S[2 * i + 1], af, kd.z, kd.w);
       }
@@ -601,8 +737,13 @@ struct PairMath {
   }
 };
 
-template <class Tr, class View>
+// kWg: the large products by warpgroup MMAs (the recurrence kernel's CTAs whose rows are whole
+// warpgroups: every warp of a group walks the same chunks in step); the group decides on the rare
+// tf32 fallback together (named barrier kBarWg0 + group).
+template <class Tr, class View, bool kWg = false>
 struct KdaConsumer {
+  static_assert(!kWg || View::kHalfProducts, "warpgroup MMAs take the fp16 tiles of the prepared plans");
+  static constexpr int kBarWg0 = 1;
   using Stage = typename Tr::Stage;
   static constexpr int C = Tr::kChunk;  // tokens a step: 16, or 32 (pairs)
   static constexpr int NT = C / 8;      // n8 token tiles of a step
@@ -770,7 +911,29 @@ struct KdaConsumer {
                                         int nchunks) {
     const Stage& st = View::acquire(sm, ring);
     float xq[NT][4];
-    if constexpr (View::kHalfProducts) {
+    if constexpr (kWg) {
+      // Step 1 on the whole group, step 2 per warp; then fp16 steps 3 and 4 (the update issued
+      // first, step 3 beside it) when every thread of the group may, else tf32 from the unchanged S.
+      float xk[NT][4], u[NT][4];
+      m.init_products(st, xk, xq);
+      m.template products_wg<kOut>(st, S, xk, xq);
+      m.solve_u(st, xk, u);
+      if (ptx::bar_red_and(kBarWg0 + cwarp / 4, 128, ChunkMath<Tr, View>::half_ok(xk, u))) {
+        m.decay(st, S);
+        m.update_wg(st, S, u);
+        if constexpr (kOut) {
+          float ua[NT][4];
+          ChunkMath<Tr, View>::tf32_a(u, ua);
+          m.out_products(st, xq, ua);
+        }
+        ptx::wgmma_wait<0>();  // (the update reads k_dec from the stage)
+        ptx::wgmma_fence_operand(S);
+      } else {
+        rare_path(S, xq, [&](float(&s_copy)[kTiles][4], float(&xq_copy)[NT][4]) {
+          Math::template tf32_chunk_out_of_line<kOut>(m, st, s_copy, xq_copy);
+        });
+      }
+    } else if constexpr (View::kHalfProducts) {
       float xk[NT][4], u[NT][4];
       m.init_products(st, xk, xq);
       if (m.template products_f16<kOut>(st, S, xk, xq)) {  // step 1 (S unchanged)

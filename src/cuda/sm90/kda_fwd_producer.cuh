@@ -65,6 +65,7 @@ struct StageSink {
     *reinterpret_cast<float2*>(&st.k_tilde[t][2 * c]) = make_float2(ptx::round_tf32(k[0]), ptx::round_tf32(k[1]));
     *reinterpret_cast<float2*>(&st.q_tilde[t][2 * c]) = make_float2(ptx::round_tf32(q[0]), ptx::round_tf32(q[1]));
   }
+  __device__ void kq_rows(int, const float (&)[kChunkTokens], const float (&)[kChunkTokens]) const {}  // (kq() did it)
   __device__ void k_dec(int c, const float (&kd)[kChunkTokens]) const {
 #pragma unroll
     for (int t = 0; t < kChunkTokens; t += 4)
@@ -357,7 +358,7 @@ struct KdaProducer {
     float k_hat[C], q_hat[C], nv[C];
     normalised(raw, c, k_hat, q_hat, nv);
     const float gamma = ptx::ex2(G[C - 1]);
-    float k_dec[C];
+    float k_dec[C], k_til_all[C], q_til_all[C];
 #pragma unroll
     for (int t = 0; t < C / 2; ++t) {  // tokens t and t + 8 share one interleaved store
       float k_til[2], q_til[2];
@@ -366,13 +367,14 @@ struct KdaProducer {
         const int u = t + h * C / 2;
         const float e = ptx::ex2(G[u]);   // in [2^-115.4, 1]
         const float r = ptx::ex2(-G[u]);  // in [1, 2^115.4]; independent of e (no MUFU chain)
-        k_til[h] = k_hat[u] * e;
-        q_til[h] = q_hat[u] * e;
+        k_til[h] = k_til_all[u] = k_hat[u] * e;
+        q_til[h] = q_til_all[u] = q_hat[u] * e;
         grp.k_bar[u][c] = ptx::round_tf32(k_hat[u] * r);
         k_dec[u] = k_hat[u] * (gamma * r);  // gamma <= e, so the factor is <= 1
       }
       sink.kq(t, c, k_til, q_til);
     }
+    sink.kq_rows(c, k_til_all, q_til_all);
     sink.gamma(c, gamma);
     sink.k_dec(c, k_dec);
     if constexpr (Tr::kLoadV) {
@@ -520,12 +522,16 @@ struct KdaProducer {
     e[0] = alpha[0];
 #pragma unroll
     for (int t = 1; t < C; ++t) e[t] = e[t - 1] * alpha[t];
+    float k_til_all[C], q_til_all[C];
+#pragma unroll
+    for (int t = 0; t < C; ++t) k_til_all[t] = k_hat[t] * e[t], q_til_all[t] = q_hat[t] * e[t];
 #pragma unroll
     for (int t = 0; t < C / 2; ++t) {  // tokens t and t + 8 share one interleaved store
-      const float k_til[2] = {k_hat[t] * e[t], k_hat[t + C / 2] * e[t + C / 2]};
-      const float q_til[2] = {q_hat[t] * e[t], q_hat[t + C / 2] * e[t + C / 2]};
+      const float k_til[2] = {k_til_all[t], k_til_all[t + C / 2]};
+      const float q_til[2] = {q_til_all[t], q_til_all[t + C / 2]};
       sink.kq(t, c, k_til, q_til);
     }
+    sink.kq_rows(c, k_til_all, q_til_all);
     sink.gamma(c, e[C - 1]);
     float k_dec[C];
     float r = 1.f;  // R_s

@@ -96,19 +96,19 @@ struct KdaDims {
 // fits); the consumers multiply it in. The 16 x 16 matrices and gamma stay fp32 (tf32-rounded like
 // the fused kernel's stage).
 //
-// The tiles are laid out in the order the consumers' fp16 MMA fragments (m16n8k16) take them:
-// lane l = 4 g + t of a warp reads 16-byte unit 32 i + l for step i, so a warp's fragment load is
-// 512 contiguous bytes (no bank conflicts) and one instruction. A word is a half2 of two adjacent
-// contraction indices (channels for k_tilde and q_hat, tokens for k_dec). The parts that produce
-// no output read only the first kOutputFree bytes. The word layouts do not depend on kD (a smaller
-// kD has fewer steps i); only the offsets of the parts do.
+// The three tiles share one layout (tile_byte): channel-major rows of 8 tokens, 16 bytes a row, in
+// the core matrices of the tensor cores' shared-memory operands (eight rows of 16 bytes, 128
+// contiguous bytes): core matrix (channels 8 cg .. + 7, tokens 8 tg .. + 7) at 256 cg + 128 tg. As
+// the B operand of a warpgroup MMA this is N-major (tokens along N) for k_tilde and q_hat, whose
+// contraction runs over channels, and K-major for k_dec, whose contraction runs over tokens; the
+// warp-level MMAs read the same rows with ldmatrix (transposed for k_tilde and q_hat). The
+// preparation's thread of channel c writes its 16 tokens as two 16-byte rows. The parts that
+// produce no output read only the first kOutputFree bytes.
 template <int kD>
 struct KdaPrepared {
-  // fp16 words (token n, channel pair p = channels 2p, 2p + 1): unit (8 (p / 8) + n % 8) * 4 + p % 4,
-  // word 2 (n / 8) + (p % 8) / 4 of it: k_hat 2^{G_t}
+  // fp16 k_hat_t 2^{G_t} (token t, channel c at tile_byte(c, t))
   static constexpr int kKTilde = 0;
-  // fp16 words (channel c, token pair w = tokens 2w, 2w + 1) of k_hat_s 2^{G_last - G_s}:
-  // unit (8 (c / 16) + c % 8) * 4 + w % 4, word 2 ((c / 8) % 2) + w / 4 of it
+  // fp16 k_hat_s 2^{G_last - G_s} (channel c, token s at tile_byte(c, s))
   static constexpr int kKDec = 32 * kD;
   // fp32 [16][16], element (t, s) at t * 16 + (s ^ 8 ((t / 2) % 2)): -(I + diag(beta) A)^{-1} diag(beta)
   static constexpr int kNegT = 64 * kD;
@@ -130,11 +130,13 @@ struct KdaPrepared {
                 "the K = V = 128 format");
   static_assert(kOutputFree % 16 == 0 && kBytes % 16 == 0, "bulk copies move multiples of 16 bytes");
 
-  __host__ __device__ static constexpr int kq_word(int n, int p) {
-    return ((8 * (p >> 3) + (n & 7)) * 4 + (p & 3)) * 4 + 2 * (n >> 3) + ((p >> 2) & 1);
-  }
-  __host__ __device__ static constexpr int k_dec_word(int c, int w) {
-    return ((8 * (c >> 4) + (c & 7)) * 4 + (w & 3)) * 4 + 2 * ((c >> 3) & 1) + (w >> 2);
+  // The tiles' core matrices: rows of one channel, 8 tokens (16 bytes) a row.
+  static constexpr int kRowBytes = 16;
+  static constexpr int kTokenGroupBytes = 128;    // next 8 tokens, same channels
+  static constexpr int kChannelGroupBytes = 256;  // next 8 channels
+  // Byte offset of element (channel c, token t) in a tile.
+  __host__ __device__ static constexpr int tile_byte(int c, int t) {
+    return (c >> 3) * kChannelGroupBytes + (t >> 3) * kTokenGroupBytes + (c & 7) * kRowBytes + (t & 7) * 2;
   }
   __host__ __device__ static constexpr int gamma_word(int c) {
     return (4 * (c >> 4) + ((c & 7) >> 1)) * 4 + 2 * ((c >> 3) & 1) + (c & 1);

@@ -24,37 +24,26 @@ struct WorkspaceSink {
 
   __device__ const float (*k_tilde() const)[kPitchKI] { return tl.k_tilde; }
   __device__ const float (*q_tilde() const)[kPitchKI] { return tl.q_tilde; }
-  // Tokens t and t + 8 of channel c (this thread's). The workspace pairs adjacent channels of one
-  // token, so the two lanes of a channel pair swap one value each: the even lane stores token t of
-  // the pair, the odd lane token t + 8.
+  // Tokens t and t + 8 of channel c (this thread's), for the A and M products.
   __device__ void kq(int t, int c, const float (&k)[2], const float (&q)[2]) const {
     *reinterpret_cast<float2*>(&tl.k_tilde[t][2 * c]) = make_float2(ptx::round_tf32(k[0]), ptx::round_tf32(k[1]));
     *reinterpret_cast<float2*>(&tl.q_tilde[t][2 * c]) = make_float2(ptx::round_tf32(q[0]), ptx::round_tf32(q[1]));
-    store_kq(t, c, k, q);
   }
-  // The workspace words of kq() (every lane of the warp calls it: the pairs swap through shuffles).
-  __device__ void store_kq(int t, int c, const float (&k)[2], const float (&q)[2]) const {
-    const bool odd = c & 1;
-    const float k_other = __shfl_xor_sync(0xffffffffu, odd ? k[0] : k[1], 1);
-    const float q_other = __shfl_xor_sync(0xffffffffu, odd ? q[0] : q[1], 1);
-    const int at = 4 * Prepared::kq_word(odd ? t + 8 : t, c >> 1);  // byte offset of the word
-    *reinterpret_cast<__half2*>(dst + Prepared::kKTilde + at) =
-        odd ? __floats2half2_rn(k_other, k[1]) : __floats2half2_rn(k[0], k_other);
-    *reinterpret_cast<__half2*>(dst + Prepared::kQHat + at) =
-        odd ? __floats2half2_rn(q_other * inv_scale, q[1] * inv_scale)
-            : __floats2half2_rn(q[0] * inv_scale, q_other * inv_scale);
+  // Channel c of k_tilde and q_hat, all 16 tokens: two 16-byte rows each (KdaPrepared::tile_byte).
+  __device__ void kq_rows(int c, const float (&k)[kChunkTokens], const float (&q)[kChunkTokens]) const {
+    rows(Prepared::kKTilde, c, k, 1.f);
+    rows(Prepared::kQHat, c, q, inv_scale);
   }
-  __device__ void k_dec(int c, const float (&kd)[kChunkTokens]) const {
-    uint32_t h[kChunkTokens / 2];
+  __device__ void k_dec(int c, const float (&kd)[kChunkTokens]) const { rows(Prepared::kKDec, c, kd, 1.f); }
+  // The 16 tokens of channel c of the tile at `offset`, times `mul`, in fp16.
+  __device__ void rows(int offset, int c, const float (&x)[kChunkTokens], float mul) const {
 #pragma unroll
-    for (int w = 0; w < kChunkTokens / 2; ++w) {
-      const __half2 x = __floats2half2_rn(kd[2 * w], kd[2 * w + 1]);
-      h[w] = *reinterpret_cast<const uint32_t*>(&x);
+    for (int h = 0; h < 2; ++h) {
+      uint32_t w[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) w[j] = ptx::pack_f16(x[8 * h + 2 * j] * mul, x[8 * h + 2 * j + 1] * mul);
+      *reinterpret_cast<uint4*>(dst + offset + Prepared::tile_byte(c, 8 * h)) = make_uint4(w[0], w[1], w[2], w[3]);
     }
-    // Token pairs w and w + 4 are adjacent words.
-    uint32_t* d = reinterpret_cast<uint32_t*>(dst + Prepared::kKDec);
-#pragma unroll
-    for (int w = 0; w < 4; ++w) *reinterpret_cast<uint2*>(d + Prepared::k_dec_word(c, w)) = make_uint2(h[w], h[w + 4]);
   }
   __device__ void gamma(int c, float g) const {
     reinterpret_cast<float*>(dst + Prepared::kGamma)[Prepared::gamma_word(c)] = g;
@@ -113,13 +102,15 @@ struct PairSink {
 
   __device__ const float (*k_tilde() const)[Tr::kPitchKI] { return ws.k_tilde(); }
   __device__ const float (*q_tilde() const)[Tr::kPitchKI] { return ws.q_tilde(); }
-  __device__ void kq(int t, int c, const float (&k)[2], const float (&q)[2]) const {
-    if (!second) return ws.kq(t, c, k, q);
-    // shared tiles relative to b's start (A_bb, M_bb), workspace relative to the pair's start
-    *reinterpret_cast<float2*>(&ws.tl.k_tilde[t][2 * c]) = make_float2(ptx::round_tf32(k[0]), ptx::round_tf32(k[1]));
-    *reinterpret_cast<float2*>(&ws.tl.q_tilde[t][2 * c]) = make_float2(ptx::round_tf32(q[0]), ptx::round_tf32(q[1]));
-    const float ks[2] = {k[0] * gamma_a, k[1] * gamma_a}, qs[2] = {q[0] * gamma_a, q[1] * gamma_a};
-    ws.store_kq(t, c, ks, qs);
+  // (the shared tiles relative to the chunk's own start, for A_bb and M_bb)
+  __device__ void kq(int t, int c, const float (&k)[2], const float (&q)[2]) const { ws.kq(t, c, k, q); }
+  // The workspace tiles of chunk b relative to the pair's start.
+  __device__ void kq_rows(int c, const float (&k)[C], const float (&q)[C]) const {
+    if (!second) return ws.kq_rows(c, k, q);
+    float ks[C], qs[C];
+#pragma unroll
+    for (int t = 0; t < C; ++t) ks[t] = k[t] * gamma_a, qs[t] = q[t] * gamma_a;
+    ws.kq_rows(c, ks, qs);
   }
   __device__ void k_dec(int c, const float (&kd)[C]) const {
     if (second) return ws.k_dec(c, kd);

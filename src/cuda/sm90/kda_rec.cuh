@@ -229,8 +229,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     sm.ck_last = io.ck_last;
   }
   __syncthreads();
+  // Consumer warps first (warpgroups are warps 4w .. 4w + 3 of the CTA), the loader last.
   const int warp = threadIdx.x >> 5;
-  if (warp < Tr::kLoaderWarps) {
+  if (warp >= Tr::kConsumerWarps) {
     const uint16_t* v_base = a.v + w.row * a.v_s[0] + w.begin * a.v_s[1] + int64_t(hv) * a.v_s[2] + io.row0;
     KdaLoader<Tr, kCk>{w,
                        io,
@@ -243,8 +244,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                        a.checkpoint_indices + int64_t(n) * a.checkpoint_stride,
                        int(threadIdx.x & 31)}
         .run();
-  } else if (warp - Tr::kLoaderWarps < io.warps) {
-    KdaConsumer<Tr, PackedStageView<Tr, kCk>>(a, w, io, sm, warp - Tr::kLoaderWarps, threadIdx.x & 31).run();
+  } else if (warp < io.warps) {
+    // Rows in whole warpgroups take the warpgroup MMAs (8 consumer warps: always, segment 0's halves
+    // included; 4: unless the CTA runs half its rows).
+    using View = PackedStageView<Tr, kCk>;
+    if constexpr (Tr::kConsumerWarps >= 4) {
+      if (Tr::kConsumerWarps == 8 || io.warps == 4) {
+        KdaConsumer<Tr, View, true>(a, w, io, sm, warp, threadIdx.x & 31).run();
+        return;
+      }
+    }
+    if constexpr (Tr::kConsumerWarps < 8) KdaConsumer<Tr, View>(a, w, io, sm, warp, threadIdx.x & 31).run();
   }
 }
 

@@ -185,9 +185,9 @@ struct KdaProducer {
   // is visible to the whole group). Ends with the group synchronised and the chunk complete.
   // `before_tiles` runs once the norms are visible, before the first write to the sink (the fused
   // kernel waits there for its ring stage to be free).
-  template <class Sink, class BeforeTiles>
+  template <class Sink, class BeforeTiles, class RawRead>
   __device__ void prepare(const typename Tr::Raw& raw, int i, float beta_raw, float gmul, float gadd, const Sink& sink,
-                          BeforeTiles before_tiles) {
+                          BeforeTiles before_tiles, RawRead raw_read) {
     // Tokens [lo, valid) of the chunk are real ones: not past the end, not virtual ones before the
     // start (lo > 0 only in chunk 0 of a shifted grid; docs/kernel.md, "The shifted chunk grid and
     // checkpoints").
@@ -201,6 +201,7 @@ struct KdaProducer {
       before_tiles();
       softplus_tiles(raw, sink, alpha);  // also this warp's partial sums of A and M
       group_sync();                      // the partial sums are visible
+      raw_read();
       // Warp 0 combines A and goes on to the inverse; warps 2 and 3 (D = 64: warp 1) combine M
       // meanwhile.
       const int warp = ptid >> 5;
@@ -223,6 +224,7 @@ struct KdaProducer {
     before_tiles();
     tiles(raw, sink, G);
     group_sync();
+    raw_read();
     // Warp 0 computes A and goes straight on to the inverse, which needs nothing else; warps 2
     // and 3 compute M meanwhile (warp 1 computes the cross blocks of a pair's second chunk, else
     // has no work here). D = 64: warp 1 computes M.
@@ -257,14 +259,18 @@ struct KdaProducer {
     load_raw(first, 0, limit);
     float beta_next = load_beta(first, limit);
     for (int n = 0, i = first; i < limit; ++n, i += step) {
-      // The buffer of the next own chunk was last read in the previous iteration, which ended
-      // with group barriers; prefetch into it now.
-      load_raw(i + step, (n + 1) % Tr::kRawStages, limit);
+      // Two raw buffers: the buffer of the next own chunk was last read in the previous iteration,
+      // which ended with group barriers; prefetch into it now. One: the next chunk's copies go out
+      // once this one's raw tiles are read (prepare's raw_read), beside its A, M and inverse.
+      if constexpr (Tr::kRawStages > 1) load_raw(i + step, (n + 1) % Tr::kRawStages, limit);
       const float beta_raw = beta_next;
       beta_next = load_beta(i + step, limit);
-      ptx::cp_async_wait<1>();
+      ptx::cp_async_wait<(Tr::kRawStages > 1 ? 1 : 0)>();
       group_sync();  // chunk i's raw tiles are visible to the whole group
-      prepare(grp.raw[n % Tr::kRawStages], i, beta_raw, gmul, gadd, sink_of(i), [&] { before_tiles(i); });
+      prepare(grp.raw[n % Tr::kRawStages], i, beta_raw, gmul, gadd, sink_of(i), [&] { before_tiles(i); },
+              [&] {
+                if constexpr (Tr::kRawStages == 1) load_raw(i + step, 0, limit);
+              });
       done(i);
     }
     ptx::cp_async_wait<0>();

@@ -242,10 +242,11 @@ struct KdaPrepTraits : KdaDims<kD> {
   static constexpr bool kShiftedGrid = true;  // WorkUnit::shift may be nonzero (checkpoints)
   static constexpr int kProducerGroups = 1;
   static constexpr int kThreads = kGroupThreads;
-  static constexpr int kRawStages = 2;
-  // kD = 128: 128 registers a thread, ~52 KB of shared memory a CTA. kD = 64: CTAs of 64 threads
-  // and ~28 KB, twice as many: the same 16 warps and 128 registers a thread.
-  static constexpr int kCtasPerSm = kD == 128 ? 4 : 8;
+  // kD = 128: one raw buffer (the next chunk's copies overlap the A, M and inverse phase; other CTAs
+  // overlap the rest), ~40 KB of shared memory and 96 registers a thread: 5 CTAs = 20 warps an SM.
+  // kD = 64: two raw buffers, CTAs of 64 threads and ~28 KB, 8 an SM: 16 warps and 128 registers.
+  static constexpr int kRawStages = kD == 128 ? 1 : 2;
+  static constexpr int kCtasPerSm = kD == 128 ? 5 : 8;
   static constexpr int kBarGroup0 = 1;
   using Raw = KdaRaw<kD, 0>;
   using Group = KdaGroup<kD, 0, kRawStages>;

@@ -195,9 +195,9 @@ struct FwdParams : ProblemParams {
   // With walk_tokens = 32 it is rounded up to an even count.
   int64_t segment_chunks = 0;
   // Tokens the prepared plans' recurrence advances per step: 16, or 32 (pairs of prepared chunks;
-  // K = V = 128 with the sigmoid gate and no checkpoints, else the CUDA forward returns
-  // kUnsupported); 0 lets the backend choose (32 where the split plan cuts the sequences of a fixed
-  // batch, else 16). The fused plan and the CPU backends ignore it. docs/kernel.md, "32-token steps".
+  // K = V = 128 with the sigmoid gate and no checkpoints or an interval that is a multiple of 32,
+  // else the CUDA forward returns kUnsupported); 0 lets the backend choose (32 where the split plan
+  // cuts the sequences of a fixed batch, else 16). The fused plan and the CPU backends ignore it. docs/kernel.md, "32-token steps".
   int walk_tokens = 0;
 };
 

@@ -87,8 +87,10 @@ inline int prep_chunks_for(int64_t chunks, int64_t slots, int step) {
 
 // Whether the prepared plans can walk 32-token steps for this call: K = V = 128, the sigmoid gate
 // and no checkpoints (a checkpoint interval is a multiple of 16, not of 32).
+// 32-token steps: K = V = 128, the sigmoid gate, and checkpoint boundaries at ends of pairs (none,
+// or an interval that is a multiple of 32: the grid is then shifted by start mod 32).
 inline bool pair_steps_supported(const FwdParams& p) {
-  return p.head_dim_k != 64 && p.gate != GateForm::kSoftplus && p.checkpoint_interval == 0;
+  return p.head_dim_k != 64 && p.gate != GateForm::kSoftplus && p.checkpoint_interval % 32 == 0;
 }
 
 inline int64_t even_up(int64_t x) { return (x + 1) & ~int64_t(1); }
@@ -142,9 +144,11 @@ inline HostPlan make_plan(const FwdParams& p, int sm_count) {
     h.device_decides = false;
     return h;
   }
-  // With checkpoints a sequence's grid is shifted by up to 15 tokens (ceil((len + shift) / 16)
-  // chunks): at most one more chunk each.
-  const int64_t slack = checkpoints ? kChunk - 1 : 0;
+  // With checkpoints a sequence's grid is shifted by up to 15 tokens, or 31 with 32-token steps
+  // (ceil((len + shift) / 16) chunks): at most one or two more chunks each. (31 wherever pairs may
+  // be chosen below: a bound either way.)
+  const bool pairs_possible = pair_steps_supported(p) && p.walk_tokens != 16;
+  const int64_t slack = checkpoints ? (pairs_possible ? 2 * kChunk - 1 : kChunk - 1) : 0;
   const int64_t longest = ceil_div(p.seqlen + slack, kChunk);  // no sequence has more chunks
   // Segment 0 on two CTAs of half the rows each (PlanArgs::seg0_split) where pass 1 then still fits
   // one CTA an SM: a fixed batch split by the plan, at least two consumer warps a CTA. Tried first;
@@ -160,11 +164,13 @@ inline HostPlan make_plan(const FwdParams& p, int sm_count) {
     const bool pairs_pay =
         p.cu_seqlens == nullptr && sm90::first_segment_chunks(h.seg_chunks, seg0_split) + h.seg_chunks < longest;
     h.pair = (p.walk_tokens == 32 || (p.walk_tokens == 0 && pairs_pay)) && pair_steps_supported(p);
-    // Sum of ceil(len / 16) over the sequences: at most T / 16 + N packed (T / 16 + 2N with
-    // checkpoints), B * ceil(T / 16) fixed. Pairs round every count up to even: one more chunk each.
-    h.max_chunks = p.cu_seqlens ? p.seqlen / kChunk + (checkpoints || h.pair ? 2 : 1) * N
-                                : N * ceil_div(p.seqlen + slack, kChunk);
-    if (h.pair && !p.cu_seqlens) h.max_chunks = N * even_up(ceil_div(p.seqlen, kChunk));
+    // Sum of ceil((len + shift) / 16) over the sequences, each at most floor(len / 16) + 1 (+ 2
+    // with a shift of up to 15, + 3 with up to 31): T / 16 + N packed (T / 16 + 2N with
+    // checkpoints), B * ceil((T + slack) / 16) fixed. Pairs round every count up to even: one more
+    // chunk each (T / 16 + 4N with checkpoints).
+    const int64_t per_seq = checkpoints && h.pair ? 4 : checkpoints || h.pair ? 2 : 1;
+    h.max_chunks = p.cu_seqlens ? p.seqlen / kChunk + per_seq * N : N * ceil_div(p.seqlen + slack, kChunk);
+    if (h.pair && !p.cu_seqlens) h.max_chunks = N * even_up(ceil_div(p.seqlen + slack, kChunk));
     if (h.pair) h.seg_chunks = even_up(h.seg_chunks);  // segments of whole pairs
     h.seg0_chunks = sm90::first_segment_chunks(h.seg_chunks, seg0_split);
     if (h.pair) h.seg0_chunks = even_up(h.seg0_chunks);
@@ -329,7 +335,8 @@ Status run_prepared(const HostPlan& h, sm90::KdaFwdArgs& a, const FwdParams& p, 
 inline Status check_walk_tokens(const FwdParams& p, const HostPlan& h) {
   if (p.walk_tokens == 32 && h.kind != FwdPlan::kFused && !h.pair)
     return {StatusCode::kUnsupported,
-            "walk_tokens: 32-token steps need K = V = 128, the sigmoid gate and no checkpoints (use 0 or 16)"};
+            "walk_tokens: 32-token steps need K = V = 128, the sigmoid gate and no checkpoints or a "
+            "checkpoint_interval that is a multiple of 32 (use 0 or 16)"};
   return Status::Ok();
 }
 

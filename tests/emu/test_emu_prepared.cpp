@@ -75,7 +75,8 @@ struct EmuLaunch {
   template <int kD, int kWarps>
   int rec(const sm90::KdaFwdArgs& a, const sm90::PlanArgs& pa, int pass, int64_t ctas) {
     if constexpr (kD == 128) {
-      if (pa.pair) return rec_with<sm90::KdaRecTraits<kD, kWarps, true>, false>(a, pa, pass, ctas);
+      using Pair = sm90::KdaRecTraits<kD, kWarps, true>;
+      if (pa.pair) return a.checkpoint_interval > 0 ? rec_with<Pair, true>(a, pa, pass, ctas) : rec_with<Pair, false>(a, pa, pass, ctas);
     }
     using Tr = sm90::KdaRecTraits<kD, kWarps>;
     if (a.checkpoint_interval > 0) return rec_with<Tr, true>(a, pa, pass, ctas);
@@ -213,10 +214,11 @@ std::vector<EmuCase> emu_cases() {
   return cases;
 }
 
-// 32-token steps where they do not run are refused, naming walk_tokens, before anything runs.
+// 32-token steps where they do not run are refused, naming walk_tokens, before anything runs: the
+// softplus gate, K = V = 64, a checkpoint interval that is not a multiple of 32.
 TEST(EmulatedPreparedArguments, WalkTokens32NeedsTheSigmoidGateAndK128) {
   std::mt19937_64 rng(fresh_seed());
-  for (int variant = 0; variant < 2; ++variant) {
+  for (int variant = 0; variant < 3; ++variant) {
     Config cfg;
     cfg.seqlen = 100;
     if (variant == 0) cfg.gate = GateForm::kSoftplus;
@@ -226,6 +228,20 @@ TEST(EmulatedPreparedArguments, WalkTokens32NeedsTheSigmoidGateAndK128) {
     FwdParams p = params_for(pb, Backend::kCuda, r);
     p.plan = FwdPlan::kPrepared;
     p.walk_tokens = 32;
+    std::vector<float> pool;
+    std::vector<int32_t> indices;
+    if (variant == 2) {  // boundaries every 48 tokens: some fall inside a pair
+      const int64_t columns = 2;
+      pool.assign(size_t(pb.N * columns * pb.HV * pb.V * pb.K), poison_f32());
+      indices.resize(size_t(pb.N * columns));
+      for (size_t i = 0; i < indices.size(); ++i) indices[i] = int32_t(i);
+      p.checkpoint_interval = 48;
+      p.checkpoint_state = pool.data();
+      p.checkpoint_state_dtype = DType::kF32;
+      p.checkpoint_pool_size = int64_t(indices.size());
+      p.checkpoint_indices = indices.data();
+      p.checkpoint_columns = columns;
+    }
     std::vector<unsigned char> workspace;
     const Status s = emulated_fwd(p, 132, workspace);
     EXPECT_EQ(s.code, StatusCode::kUnsupported) << variant;
@@ -234,10 +250,11 @@ TEST(EmulatedPreparedArguments, WalkTokens32NeedsTheSigmoidGateAndK128) {
   }
 }
 
-// Prefix-cache checkpoints (the recurrence kernel's instantiation with them, shifted chunk grids):
-// the checkpoint pool against the reference backend's, slot by slot; slots no boundary names keep
-// their poison byte for byte.
-class EmulatedCheckpoints : public SeededTest, public ::testing::WithParamInterface<int64_t> {};
+// Prefix-cache checkpoints (the recurrence kernel's instantiations with them, shifted chunk grids),
+// with 16- and 32-token steps (the latter shift the grid by start mod 32: start 16 makes chunk 0
+// all virtual): the checkpoint pool against the reference backend's, slot by slot; slots no
+// boundary names keep their poison byte for byte. Parameter: (segment_chunks, walk_tokens).
+class EmulatedCheckpoints : public SeededTest, public ::testing::WithParamInterface<std::tuple<int64_t, int>> {};
 
 TEST_P(EmulatedCheckpoints, MatchTheReferenceBackend) {
   Config cfg;
@@ -260,7 +277,8 @@ TEST_P(EmulatedCheckpoints, MatchTheReferenceBackend) {
     p.checkpoint_start = starts.data();
     p.checkpoint_start_dtype = DType::kI64;
     p.plan = FwdPlan::kSplit;
-    p.segment_chunks = GetParam();
+    p.segment_chunks = std::get<0>(GetParam());
+    p.walk_tokens = std::get<1>(GetParam());
     return ws ? emulated_fwd(p, 132, *ws) : fwd(p);
   };
   Result ref = poisoned_result(pb), r = poisoned_result(pb);
@@ -282,11 +300,13 @@ TEST_P(EmulatedCheckpoints, MatchTheReferenceBackend) {
     const std::vector<double> x(a, a + per_slot), y(b, b + per_slot);
     EXPECT_LE(rel_error(x, y), 1e-3) << "slot " << slot;
   }
-  std::printf("  segment_chunks %lld: %d checkpoint slots written\n", (long long)GetParam(), written);
+  std::printf("  segment_chunks %lld, walk_tokens %d: %d checkpoint slots written\n",
+              (long long)std::get<0>(GetParam()), std::get<1>(GetParam()), written);
   EXPECT_GT(written, 6);
 }
 
-INSTANTIATE_TEST_SUITE_P(Emulation, EmulatedCheckpoints, ::testing::Values(int64_t(0), int64_t(3)));
+INSTANTIATE_TEST_SUITE_P(Emulation, EmulatedCheckpoints,
+                         ::testing::Combine(::testing::Values(int64_t(0), int64_t(3)), ::testing::Values(16, 32)));
 
 class EmulatedPrepared : public SeededTest, public ::testing::WithParamInterface<EmuCase> {};
 

@@ -140,10 +140,10 @@ Status run_fwd(FwdParams p, cudaStream_t stream = nullptr) {
   if (p.backend != Backend::kCuda) return fwd(p, stream);
   p.plan = g_plan.plan;
   p.segment_chunks = g_plan.segment_chunks;
-  // A forced 32-token step where it cannot run (K = V = 64, softplus, checkpoints) falls back to
-  // the backend's choice: the cases of a check run mix them.
+  // A forced 32-token step where it cannot run (K = V = 64, softplus, a checkpoint interval that is
+  // not a multiple of 32) falls back to the backend's choice: the cases of a check run mix them.
   p.walk_tokens = g_plan.walk_tokens;
-  if (p.walk_tokens == 32 && (p.head_dim_k == 64 || p.gate == GateForm::kSoftplus || p.checkpoint_interval > 0))
+  if (p.walk_tokens == 32 && (p.head_dim_k == 64 || p.gate == GateForm::kSoftplus || p.checkpoint_interval % 32 != 0))
     p.walk_tokens = 0;
   static void* ws = nullptr;
   static size_t ws_bytes = 0;

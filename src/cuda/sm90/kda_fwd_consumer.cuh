@@ -816,7 +816,7 @@ struct KdaConsumer {
     if (out.tok >= 0 && out.tok < w.len)
       *reinterpret_cast<uint4*>(out.ptr) = *reinterpret_cast<const uint4*>(&stage[lane >> 1][(lane & 1) * 8]);
     if constexpr (C == 32) {
-      if (out.tok + 16 < w.len)
+      if (out.tok + 16 >= 0 && out.tok + 16 < w.len)  // (a shifted grid: up to 31 virtual tokens)
         *reinterpret_cast<uint4*>(out.ptr + 16 * a.out_s[1]) =
             *reinterpret_cast<const uint4*>(&stage[16 + (lane >> 1)][(lane & 1) * 8]);
     }

@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(1024)
           start = a.checkpoint_start_i64 ? static_cast<const int64_t*>(a.checkpoint_start)[n]
                                          : int64_t(static_cast<const int32_t*>(a.checkpoint_start)[n]);
         if (start < 0) start = 0;
-        shift = int(start % C);
+        shift = int(start % (p.pair ? 2 * C : C));  // (32-token steps: boundaries end pairs)
         p.seq.shift[n] = shift;
         p.seq.ck_first[n] = a.checkpoint_interval - start % a.checkpoint_interval;
       }

@@ -34,8 +34,9 @@ cudaError_t launch_rec(const KdaFwdArgs& a, const PlanArgs& p, int pass, int64_t
 
 // The softplus gate has its own preparation kernel (docs/spec.md, "Gate forms"); the recurrence,
 // chain and plan kernels serve every gate.
-// 32-token steps (PlanArgs::pair; K = V = 128, the sigmoid gate, no checkpoints: the host's plan
-// guarantees it) have their own preparation and recurrence instantiations.
+// 32-token steps (PlanArgs::pair; K = V = 128, the sigmoid gate, checkpoint boundaries at ends of
+// pairs: the host's plan guarantees it) have their own preparation and recurrence instantiations
+// (the recurrence's with and without checkpoints, as for 16-token steps).
 template <int kD>
 cudaError_t launch_kda_prep(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas, cudaStream_t stream) {
   if constexpr (kD == 128) {
@@ -49,7 +50,11 @@ template <int kD, int kConsumerWarps>
 cudaError_t launch_kda_rec(const KdaFwdArgs& a, const PlanArgs& p, int pass, int64_t ctas, cudaStream_t stream) {
   using Tr = KdaRecTraits<kD, kConsumerWarps>;
   if constexpr (kD == 128) {
-    if (p.pair) return prepared_launch::launch_rec<KdaRecTraits<kD, kConsumerWarps, true>, false>(a, p, pass, ctas, stream);
+    if (p.pair) {
+      using Pair = KdaRecTraits<kD, kConsumerWarps, true>;
+      return a.checkpoint_interval > 0 ? prepared_launch::launch_rec<Pair, true>(a, p, pass, ctas, stream)
+                                       : prepared_launch::launch_rec<Pair, false>(a, p, pass, ctas, stream);
+    }
   }
   return a.checkpoint_interval > 0 ? prepared_launch::launch_rec<Tr, true>(a, p, pass, ctas, stream)
                                    : prepared_launch::launch_rec<Tr, false>(a, p, pass, ctas, stream);

@@ -218,8 +218,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   if constexpr (!kCk) w.shift = 0;
   RowsIO io = part_rows<Tr::kDim>(a, p, w, pass, local, Tr::kVRows);
   // Pairs: the walk's chunk range (even start, docs/kernel.md "32-token steps") in steps of two; a
-  // last odd chunk's partner is all past the end (an identity).
-  if constexpr (Tr::kPair) io.nchunks = (io.nchunks + 1) / 2;
+  // last odd chunk's partner is all past the end (an identity). Checkpoint boundaries end pairs (the
+  // grid is shifted by start mod 32 and the interval is a multiple of 32): boundary walk chunk b
+  // (odd) is walk step b / 2.
+  if constexpr (Tr::kPair) {
+    io.nchunks = (io.nchunks + 1) / 2;
+    if (io.ck_next >= 0) {
+      io.ck_next /= 2;
+      io.ck_last /= 2;
+      io.ck_step = max(1, io.ck_step / 2);
+    }
+  }
   if (threadIdx.x == 0) {
     for (int s = 0; s < Tr::kStages; ++s) {
       mbarrier_init(&sm.full[s], 32);  // every loader lane

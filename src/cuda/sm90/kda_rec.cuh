@@ -84,9 +84,23 @@ struct KdaLoader {
   }
 
   // The v rows of a step (kPieces 16-byte pieces a token) into stage `st`: tokens outside [lo, hi)
-  // of the step are zero-filled.
+  // of the step are zero-filled. A step of real tokens only (all but a sequence's first and last)
+  // takes the short path: a lane copies the same piece of every (32 / kPieces)-th token from one
+  // pointer, with no predicate (the loader's per-step instructions set its pace; docs/perf_log.md).
   template <int kPieces, class Stage>
   __device__ void copy_v(Stage& st, int64_t tok0, int lo, int hi) const {
+    static_assert(32 % kPieces == 0, "a warp covers whole tokens");
+    constexpr int kTokens = 32 / kPieces;  // tokens one pass of the warp covers
+    if (lo == 0 && hi == C) {
+      const int piece = lane % kPieces, t0 = lane / kPieces;
+      if (kTokens > C && t0 >= C) return;  // (more lanes than pieces)
+      const uint16_t* src = v_base + (tok0 + t0) * v_token_stride + 8 * piece;
+      const int64_t pass_stride = int64_t(kTokens) * v_token_stride;
+#pragma unroll
+      for (int k = 0; k < (C + kTokens - 1) / kTokens; ++k)
+        ptx::cp_async_16(&st.v[t0 + k * kTokens][8 * piece], src + k * pass_stride, 16u);
+      return;
+    }
 #pragma unroll
     for (int x = lane; x < C * kPieces; x += 32) {
       const int t = x / kPieces, piece = x % kPieces;

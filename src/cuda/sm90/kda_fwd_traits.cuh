@@ -286,7 +286,9 @@ struct KdaRecTraits : KdaDims<kD> {
   static constexpr int kConsumerWarps = kConsumerWarps_;
   static constexpr int kVRows = 16 * kConsumerWarps;
   static_assert(kVRows <= kDim && kDim % kVRows == 0, "a CTA owns a slice of the kD state rows");
-  static constexpr int kLoaderWarps = 1;
+  // Two loader warps share a step's v copies (its instructions set the loader's pace); the bulk copy
+  // of the prepared chunk is lane 0's.
+  static constexpr int kLoaderWarps = 2;
   static constexpr int kThreads = 32 * (kLoaderWarps + kConsumerWarps);
   struct Stage {
     alignas(16) unsigned char prepared[kStepBytes];

@@ -32,7 +32,8 @@ struct KdaLoader {
   const uint16_t* v_base;     // v of the sequence's first token, this slice's first column
   int64_t v_token_stride;     // elements between tokens of v
   const int32_t* ck_row;      // the sequence's row of checkpoint_indices (with io.ck_next >= 0)
-  int lane;
+  int lane;  // 0 .. kLoaderLanes - 1
+  static constexpr int kLanes = 32 * Tr::kLoaderWarps;
 
   // Chunk i into stage i % kStages once the consumers released it: lane 0 announces the bytes and
   // bulk-copies the prepared chunk (the parts without output only its first kOutputFree bytes);
@@ -89,8 +90,8 @@ struct KdaLoader {
   // pointer, with no predicate (the loader's per-step instructions set its pace; docs/perf_log.md).
   template <int kPieces, class Stage>
   __device__ void copy_v(Stage& st, int64_t tok0, int lo, int hi) const {
-    static_assert(32 % kPieces == 0, "a warp covers whole tokens");
-    constexpr int kTokens = 32 / kPieces;  // tokens one pass of the warp covers
+    static_assert(kLanes % kPieces == 0, "the loader's lanes cover whole tokens");
+    constexpr int kTokens = kLanes / kPieces;  // tokens one pass of the loader's lanes covers
     if (lo == 0 && hi == C) {
       const int piece = lane % kPieces, t0 = lane / kPieces;
       if (kTokens > C && t0 >= C) return;  // (more lanes than pieces)
@@ -102,7 +103,7 @@ struct KdaLoader {
       return;
     }
 #pragma unroll
-    for (int x = lane; x < C * kPieces; x += 32) {
+    for (int x = lane; x < C * kPieces; x += kLanes) {
       const int t = x / kPieces, piece = x % kPieces;
       const bool ok = t >= lo && t < hi;
       ptx::cp_async_16(&st.v[t][8 * piece], ok ? v_base + (tok0 + t) * v_token_stride + 8 * piece : v_base,
@@ -245,7 +246,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   }
   if (threadIdx.x == 0) {
     for (int s = 0; s < Tr::kStages; ++s) {
-      mbarrier_init(&sm.full[s], 32);  // every loader lane
+      mbarrier_init(&sm.full[s], 32 * Tr::kLoaderWarps);  // every loader lane
       mbarrier_init(&sm.empty[s], io.warps * 32);  // every lane of a consumer warp that owns rows
     }
     sm.ck_step = io.ck_step;
@@ -264,7 +265,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                        v_base,
                        a.v_s[1],
                        a.checkpoint_indices + int64_t(n) * a.checkpoint_stride,
-                       int(threadIdx.x & 31)}
+                       int(threadIdx.x)}  // (loader warps first: 0 .. kLanes - 1)
         .run();
   } else if (warp - Tr::kLoaderWarps < io.warps) {
     KdaConsumer<Tr, PackedStageView<Tr, kCk>>(a, w, io, sm, warp - Tr::kLoaderWarps, threadIdx.x & 31).run();

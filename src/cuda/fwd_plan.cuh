@@ -85,10 +85,9 @@ inline int prep_chunks_for(int64_t chunks, int64_t slots, int step) {
   return best;
 }
 
-// Whether the prepared plans can walk 32-token steps for this call: K = V = 128, the sigmoid gate
-// and no checkpoints (a checkpoint interval is a multiple of 16, not of 32).
-// 32-token steps: K = V = 128, the sigmoid gate, and checkpoint boundaries at ends of pairs (none,
-// or an interval that is a multiple of 32: the grid is then shifted by start mod 32).
+// Whether the prepared plans can walk 32-token steps for this call: K = V = 128, the sigmoid gate,
+// and checkpoint boundaries at ends of pairs (none, or an interval that is a multiple of 32: the
+// grid is then shifted by start mod 32).
 inline bool pair_steps_supported(const FwdParams& p) {
   return p.head_dim_k != 64 && p.gate != GateForm::kSoftplus && p.checkpoint_interval % 32 == 0;
 }

@@ -48,9 +48,9 @@ struct CudaLaunch {
   cudaError_t rec(const sm90::KdaFwdArgs& a, const sm90::PlanArgs& pa, int pass, int64_t ctas) {
     return sm90::launch_kda_rec<kD, kConsumerWarps>(a, pa, pass, ctas, stream);
   }
-  template <int kD>
+  template <class Tr>
   cudaError_t chain(const sm90::KdaFwdArgs& a, const sm90::PlanArgs& pa, int64_t ctas) {
-    return sm90::launch_kda_chain<kD>(a, pa, ctas, stream);
+    return sm90::launch_kda_chain<Tr::kDim, Tr::kRows, Tr::kBufs>(a, pa, ctas, stream);
   }
   Status error(const char* what, cudaError_t e) { return cuda_error(what, e); }
 };

@@ -56,6 +56,10 @@ struct HostPlan {
   bool pair = false;        // 32-token steps (docs/kernel.md, "32-token steps")
   int slices1 = 1, slices3 = 1;
   int seg0_split = 1;  // PlanArgs::seg0_split
+  // The chain (docs/kernel.md, "The chain"): a bound on the split sequences, and the variant (rows a
+  // CTA, buffers) by_chain_variant launches.
+  int64_t chain_seqs = 0;
+  int chain_rows = 8, chain_bufs = 2;
   // Workspace layout (byte offsets from the aligned base).
   size_t off_table = 0, off_prepared = 0, off_segments = 0, bytes = 0;
 };
@@ -190,6 +194,12 @@ inline HostPlan make_plan(const FwdParams& p, int sm_count) {
     const int64_t p1_parts = 2 * h.max_extra * HV;
     if (split && dim.max_slices / h.slices1 >= 2 && p1_parts * h.slices1 <= sm_count) break;
   }
+  // The chain: 8 rows a CTA with two buffers (one CTA an SM) where its CTAs fit the SMs, else 16
+  // rows with two, else 16 rows with one (two CTAs an SM; more than 2 SMs' worth runs in waves).
+  h.chain_seqs = h.max_extra == 0 ? 0 : p.cu_seqlens ? std::min<int64_t>(N, h.max_extra / 2) : N;
+  const int64_t chain_parts = h.chain_seqs * HV * (p.head_dim_k == 64 ? 64 : 128);  // rows in all
+  h.chain_rows = chain_parts / 8 <= sm_count ? 8 : 16;
+  h.chain_bufs = chain_parts / 16 <= sm_count ? 2 : 1;
   h.prep_chunks = prep_chunks_for(h.max_chunks * HV, int64_t(sm_count) * dim.prep_ctas_per_sm, h.pair ? 2 : 1);
   h.slices3 = slices_for(std::max<int64_t>(h.max_extra, 1) * HV, sm_count, dim.max_slices);
 
@@ -241,6 +251,14 @@ inline sm90::PlanArgs plan_args(const HostPlan& h, const FwdParams& p) {
   a.prep_chunks = h.prep_chunks;
   a.pair = h.pair ? 1 : 0;
   return a;
+}
+
+// Calls launch(ChainTraits<kD, rows, bufs>{}) for the chain variant (rows, bufs) of HostPlan.
+template <int kD, class Launch>
+auto by_chain_variant(int rows, int bufs, Launch launch) {
+  if (rows == 8) return launch(sm90::ChainTraits<kD, 8, 2>{});
+  if (bufs == 2) return launch(sm90::ChainTraits<kD, 16, 2>{});
+  return launch(sm90::ChainTraits<kD, 16, 1>{});
 }
 
 // Calls launch(consumer warps) for the CTAs of `slices` sharing one state of kD rows: 16 rows a
@@ -297,7 +315,7 @@ inline sm90::KdaFwdArgs kernel_args(const FwdParams& p) {
 
 // The prepared plans' kernels in order (plan, [fused: the device decides], preparation, pass 1,
 // chain, pass 3) through `launch`, which provides plan(a, pa), fused<kD>(a, pairs) -> Status,
-// prep<kD>(a, pa, ctas), rec<kD, kConsumerWarps>(a, pa, pass, ctas), chain<kD>(a, pa, ctas) and
+// prep<kD>(a, pa, ctas), rec<kD, kConsumerWarps>(a, pa, pass, ctas), chain<ChainTraits>(a, pa, ctas) and
 // error(what, e) -> Status (the others return the runtime's error code).
 template <int kD, class Launch>
 Status run_prepared(const HostPlan& h, sm90::KdaFwdArgs& a, const FwdParams& p, int sm_count, Launch& launch) {
@@ -307,7 +325,7 @@ Status run_prepared(const HostPlan& h, sm90::KdaFwdArgs& a, const FwdParams& p, 
   const int64_t prep_ctas = HV * (h.max_chunks / h.prep_chunks + N);
   const int64_t p1_ctas = (h.seg0_split * N + 2 * h.max_extra) * HV * h.slices1;
   const int64_t p3_ctas = h.max_extra * HV * h.slices3;
-  const int64_t chain_ctas = (h.max_extra / 2) * HV * (kD / sm90::ChainTraits<kD>::kRows);
+  const int64_t chain_ctas = h.chain_seqs * HV * (kD / h.chain_rows);
   for (int64_t c : {prep_ctas, p1_ctas, p3_ctas, chain_ctas})
     if (c > INT32_MAX) return {StatusCode::kUnsupported, "q: too many chunks for one launch"};
   auto e = launch.plan(a, pa);
@@ -321,7 +339,9 @@ Status run_prepared(const HostPlan& h, sm90::KdaFwdArgs& a, const FwdParams& p, 
     pa.slices = h.slices1;
     e = by_slices<kD>(h.slices1, [&](auto nc) { return launch.template rec<kD, decltype(nc)::value>(a, pa, 1, p1_ctas); });
   }
-  if (e == decltype(e){} && chain_ctas > 0) e = launch.template chain<kD>(a, pa, chain_ctas);
+  if (e == decltype(e){} && chain_ctas > 0)
+    e = by_chain_variant<kD>(h.chain_rows, h.chain_bufs,
+                             [&](auto tr) { return launch.template chain<decltype(tr)>(a, pa, chain_ctas); });
   if (e == decltype(e){} && p3_ctas > 0) {
     pa.slices = h.slices3;
     e = by_slices<kD>(h.slices3, [&](auto nc) { return launch.template rec<kD, decltype(nc)::value>(a, pa, 3, p3_ctas); });

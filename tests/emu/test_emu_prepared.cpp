@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "../cpp/test_util.h"
 #include "api/backends.h"
@@ -86,21 +87,23 @@ struct EmuLaunch {
   int rec_with(const sm90::KdaFwdArgs& a, const sm90::PlanArgs& pa, int pass, int64_t ctas) {
     return run(ctas, Tr::kThreads, Tr::kSmemBytes, [&] { sm90::kda_rec_kernel<Tr, kCk>(a, pa, pass); });
   }
-  template <int kD>
+  template <class Tr>
   int chain(const sm90::KdaFwdArgs& a, const sm90::PlanArgs& pa, int64_t ctas) {
-    using Tr = sm90::ChainTraits<kD>;
-    return run(ctas, Tr::kThreads, Tr::kSmemBytes, [&] { sm90::kda_chain_kernel<kD>(a, pa); });
+    return run(ctas, Tr::kThreads, Tr::kSmemBytes, [&] { sm90::kda_chain_kernel<Tr>(a, pa); });
   }
   Status error(const char* what, int e) { return {StatusCode::kCudaError, std::string(what) + " " + std::to_string(e)}; }
 };
 
 // The CUDA forward on the emulation: validated and normalised as fwd() does, planned for
 // `sm_count` SMs (small counts split short sequences into many segments and fill the GPU with few
-// pairs).
-Status emulated_fwd(FwdParams p, int sm_count, std::vector<unsigned char>& workspace) {
+// pairs). chain_rows > 0 forces the chain's variant (rows a CTA, buffers), which the plan picks from
+// the CTA count.
+Status emulated_fwd(FwdParams p, int sm_count, std::vector<unsigned char>& workspace, int chain_rows = 0,
+                    int chain_bufs = 0) {
   p.backend = Backend::kCuda;
   normalise(p);
-  const HostPlan h = cuda::fwd_plan::make_plan(p, sm_count);
+  HostPlan h = cuda::fwd_plan::make_plan(p, sm_count);
+  if (chain_rows > 0) h.chain_rows = chain_rows, h.chain_bufs = chain_bufs;
   // Poisoned: a kernel may read only what another wrote. (check() sizes it for the current device,
   // 132 SMs without one; the emulated plan's size for sm_count may differ.)
   workspace.assign(std::max(h.kind == FwdPlan::kFused ? size_t(0) : h.bytes, workspace_size(p)), 0xff);
@@ -132,6 +135,7 @@ struct EmuCase {
   int walk_tokens;
   int sm_count;
   bool collinear = false;  // keys = one shared direction + 0.3 noise: A and T far from diagonal
+  int chain_rows = 0, chain_bufs = 0;  // > 0: the chain's variant, forced
 };
 
 // Makes every key of `pb` its head's shared direction plus 0.3 times its own (random) key, so that
@@ -196,6 +200,16 @@ std::vector<EmuCase> emu_cases() {
   d64.seq_lens = {200, 0, 77};
   d64.head_dim_k = d64.head_dim_v = 64;
   cases.push_back({"split_L3_d64", d64, FwdPlan::kSplit, 3, 0, 132});
+  // Every variant of the chain (the plan's choice depends on the CTA count): 8 rows a CTA with two
+  // buffers, 16 with two, 16 with one; the 13-chunk sequence has 6 segments at L = 2 (4 steps).
+  // Weak decay, so that a segment's start state still weighs on its end (P_j far from 0).
+  Config chain_varlen = varlen, chain_d64 = d64;
+  chain_varlen.g_offset = chain_d64.g_offset = -4.0f;
+  for (auto [rows, bufs] : {std::pair{8, 2}, std::pair{16, 2}, std::pair{16, 1}}) {
+    const std::string v = "_chain" + std::to_string(rows) + "x" + std::to_string(bufs);
+    cases.push_back({"split16_L2_varlen_weak_decay" + v, chain_varlen, FwdPlan::kSplit, 2, 16, 132, false, rows, bufs});
+    cases.push_back({"split_L3_d64_weak_decay" + v, chain_d64, FwdPlan::kSplit, 3, 0, 132, false, rows, bufs});
+  }
   cases.push_back({"prepared_d64", d64, FwdPlan::kPrepared, 0, 0, 16});
   // The fused kernel, and the plan the device decides (a packed batch that fills 8 SMs: the plan
   // kernel picks the fused kernel or the split plan from the lengths, both are launched).
@@ -322,7 +336,7 @@ TEST_P(EmulatedPrepared, MatchesTheFloat64Reference) {
   p.segment_chunks = c.segment_chunks;
   p.walk_tokens = c.walk_tokens;
   std::vector<unsigned char> workspace;
-  const Status s = emulated_fwd(p, c.sm_count, workspace);
+  const Status s = emulated_fwd(p, c.sm_count, workspace, c.chain_rows, c.chain_bufs);
   ASSERT_TRUE(s.ok()) << s.message;
   const std::vector<double> out = r.out_double(), out_ref = ref.out_double();
   ASSERT_TRUE(all_finite(out)) << "out not written everywhere (or not finite)";

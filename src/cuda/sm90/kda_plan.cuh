@@ -132,24 +132,30 @@ __device__ __forceinline__ WorkUnit table_unit(const KdaFwdArgs& a, const SeqTab
 
 // The chain of a split sequence: S_{j+1} = S_j P_j + R_j for j = 1 .. m-2, in fp32 (every P_j is a
 // product of factors Diag(alpha)(I - beta k k^T) of norm <= 1, so the chain cannot amplify the
-// rounding of earlier steps). One CTA per (split sequence, head, 8 rows); P_{j+1} and R_{j+1} are
-// fetched while step j computes. kD: the head dimension (the states are kD x kD).
-template <int kD>
+// rounding of earlier steps). One CTA per (split sequence, head, kRows rows), kSplit threads a
+// column, each summing a quarter of the k range (docs/kernel.md, "The chain"). The CTA's rows of
+// S_j stay in shared memory from step to step; P_j (all of it) and the CTA's rows of R_j arrive by
+// bulk copies into one of kBufs buffers, so with two the next step's copies land while this step
+// computes. kD: the head dimension (the states are kD x kD).
+template <int kD, int kRows_, int kBufs_>
 struct ChainTraits {
   static constexpr int kDim = kD;
-  static constexpr int kRows = 8;      // state rows per CTA
-  static constexpr int kThreads = kD;  // thread c: column c of the CTA's rows
-  static constexpr int kTileK = 16;    // rows of P per streamed tile
-  // Tiles in flight: 6 of the 8 tiles of a 128 x 128 P; 4 (all of P) at kD = 64, since a step's
-  // R_{j+1} must not land before every thread has read R_j (kRing - 1 < kD / kTileK).
-  static constexpr int kRing = kD == 128 ? 6 : 4;
+  static constexpr int kRows = kRows_;  // state rows per CTA
+  static constexpr int kBufs = kBufs_;  // P / R buffers
+  static constexpr int kSplit = 4;      // threads per column: the k range in quarters
+  static constexpr int kThreads = kSplit * kD;
+  static constexpr int kPitchT = kRows + 4;  // s_t row pitch (floats): 16-byte rows, 4-way STS conflicts
+  static_assert(kRows % 4 == 0 && kD % (4 * kSplit) == 0, "float4 rows, whole k quarters");
   struct Smem {
-    float p[kRing][kTileK][kD];  // P_j streamed in k tiles (8 KB each at kD = 128, 4 KB at 64)
-    float r[kRows][kD];          // this CTA's rows of R_j
-    float s_t[kD][kRows];        // the current rows, transposed: s_t[k][row]
+    alignas(128) float p[kBufs][kD][kD];   // P_j
+    alignas(128) float r[kBufs][kRows][kD];  // this CTA's rows of R_j (and S_1 before the first step)
+    alignas(16) float part[kSplit - 1][kRows][kD];  // the k quarters 1.. of each sum
+    alignas(16) float s_t[kD][kPitchT];  // the current rows, transposed: s_t[k][row]
+    uint64_t bar[kBufs];                 // buffer b's copies landed
+    uint64_t bar_s;                      // S_1 landed
     int seq;
   };
-  static constexpr int kSmemBytes = sizeof(Smem);  // ~56 KB at kD = 128: four CTAs an SM (~20 KB at 64)
+  static constexpr int kSmemBytes = sizeof(Smem);
 };
 
 }  // namespace flash_kda::cuda::sm90

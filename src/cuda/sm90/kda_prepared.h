@@ -19,7 +19,8 @@ cudaError_t launch_kda_prep(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas
 // pass 3: the split segments from their true start states.
 template <int kD, int kConsumerWarps>
 cudaError_t launch_kda_rec(const KdaFwdArgs& a, const PlanArgs& p, int pass, int64_t ctas, cudaStream_t stream);
-template <int kD>
+// The chain with kRows rows a CTA and kBufs buffers (ChainTraits, kda_plan.cuh).
+template <int kD, int kRows, int kBufs>
 cudaError_t launch_kda_chain(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas, cudaStream_t stream);
 
 }  // namespace flash_kda::cuda::sm90

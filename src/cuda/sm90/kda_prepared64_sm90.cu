@@ -8,6 +8,8 @@ template cudaError_t launch_kda_prep<64>(const KdaFwdArgs&, const PlanArgs&, int
 template cudaError_t launch_kda_rec<64, 1>(const KdaFwdArgs&, const PlanArgs&, int, int64_t, cudaStream_t);
 template cudaError_t launch_kda_rec<64, 2>(const KdaFwdArgs&, const PlanArgs&, int, int64_t, cudaStream_t);
 template cudaError_t launch_kda_rec<64, 4>(const KdaFwdArgs&, const PlanArgs&, int, int64_t, cudaStream_t);
-template cudaError_t launch_kda_chain<64>(const KdaFwdArgs&, const PlanArgs&, int64_t, cudaStream_t);
+template cudaError_t launch_kda_chain<64, 8, 2>(const KdaFwdArgs&, const PlanArgs&, int64_t, cudaStream_t);
+template cudaError_t launch_kda_chain<64, 16, 2>(const KdaFwdArgs&, const PlanArgs&, int64_t, cudaStream_t);
+template cudaError_t launch_kda_chain<64, 16, 1>(const KdaFwdArgs&, const PlanArgs&, int64_t, cudaStream_t);
 
 }  // namespace flash_kda::cuda::sm90

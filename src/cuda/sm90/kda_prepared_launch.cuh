@@ -60,12 +60,17 @@ cudaError_t launch_kda_rec(const KdaFwdArgs& a, const PlanArgs& p, int pass, int
                                    : prepared_launch::launch_rec<Tr, false>(a, p, pass, ctas, stream);
 }
 
-template <int kD>
+// The chain (one of the variants of fwd_plan::by_chain_variant), with the shared-memory carveout at
+// its maximum so that two CTAs of the single-buffer variant fit an SM.
+template <int kD, int kRows, int kBufs>
 cudaError_t launch_kda_chain(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas, cudaStream_t stream) {
-  using Tr = ChainTraits<kD>;
-  const cudaError_t e = raise_smem_limit<kda_chain_kernel<kD>>(Tr::kSmemBytes);
+  using Tr = ChainTraits<kD, kRows, kBufs>;
+  cudaError_t e = raise_smem_limit<kda_chain_kernel<Tr>>(Tr::kSmemBytes);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(kda_chain_kernel<Tr>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared);
   if (e != cudaSuccess) return e;
-  kda_chain_kernel<kD><<<dim3(static_cast<unsigned>(ctas)), Tr::kThreads, Tr::kSmemBytes, stream>>>(a, p);
+  kda_chain_kernel<Tr><<<dim3(static_cast<unsigned>(ctas)), Tr::kThreads, Tr::kSmemBytes, stream>>>(a, p);
   return cudaGetLastError();
 }
 

@@ -16,6 +16,8 @@ template cudaError_t launch_kda_rec<128, 1>(const KdaFwdArgs&, const PlanArgs&, 
 template cudaError_t launch_kda_rec<128, 2>(const KdaFwdArgs&, const PlanArgs&, int, int64_t, cudaStream_t);
 template cudaError_t launch_kda_rec<128, 4>(const KdaFwdArgs&, const PlanArgs&, int, int64_t, cudaStream_t);
 template cudaError_t launch_kda_rec<128, 8>(const KdaFwdArgs&, const PlanArgs&, int, int64_t, cudaStream_t);
-template cudaError_t launch_kda_chain<128>(const KdaFwdArgs&, const PlanArgs&, int64_t, cudaStream_t);
+template cudaError_t launch_kda_chain<128, 8, 2>(const KdaFwdArgs&, const PlanArgs&, int64_t, cudaStream_t);
+template cudaError_t launch_kda_chain<128, 16, 2>(const KdaFwdArgs&, const PlanArgs&, int64_t, cudaStream_t);
+template cudaError_t launch_kda_chain<128, 16, 1>(const KdaFwdArgs&, const PlanArgs&, int64_t, cudaStream_t);
 
 }  // namespace flash_kda::cuda::sm90

@@ -9,8 +9,7 @@
 namespace flash_kda::cuda::sm90 {
 
 // Tr: ChainTraits<kD, rows, buffers>. Thread (c, q) = (tid % kD, tid / kD) sums column c of the
-// CTA's rows over k in [q kQ, (q + 1) kQ), kQ = kD / kSplit; then adds R_j and every part's sums for
-// its share of the rows.
+// CTA's rows over k in [q kD / 4, (q + 1) kD / 4); quarter 0 adds the others' sums and R_j.
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads)
     kda_chain_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p) {
@@ -75,19 +74,25 @@ __global__ void __launch_bounds__(Tr::kThreads)
         acc[4 * r4 + 2] = fmaf(s.z, pk, acc[4 * r4 + 2]), acc[4 * r4 + 3] = fmaf(s.w, pk, acc[4 * r4 + 3]);
       }
     }
+    if (q > 0) {
 #pragma unroll
-    for (int r = 0; r < R; ++r) sm.part[q][r][c] = acc[r];
+      for (int r = 0; r < R; ++r) sm.part[q - 1][r][c] = acc[r];
+    }
     __syncthreads();  // the partial sums are visible; nobody reads s_t, P_j or R_j of this step any more
-    // S_{j+1} = S_j P_j + R_j: thread (c, q) forms rows q R / kSplit .. of column c.
-    float* out = const_cast<float*>(at(p.seg_start, e0 + j, row0));
+    if (q == 0) {  // S_{j+1} = S_j P_j + R_j
+      float* out = const_cast<float*>(at(p.seg_start, e0 + j, row0));
 #pragma unroll
-    for (int i = 0; i < R / Tr::kSplit; ++i) {
-      const int r = q * (R / Tr::kSplit) + i;
-      float x = sm.r[buf][r][c];
+      for (int r = 0; r < R; ++r) {
+        float x = acc[r] + sm.r[buf][r][c];
 #pragma unroll
-      for (int h = 0; h < Tr::kSplit; ++h) x += sm.part[h][r][c];
-      out[r * D + c] = x;
-      sm.s_t[c][r] = x;
+        for (int i = 0; i < Tr::kSplit - 1; ++i) x += sm.part[i][r][c];
+        acc[r] = x;
+        out[r * D + c] = x;
+      }
+#pragma unroll
+      for (int r4 = 0; r4 < R / 4; ++r4)
+        *reinterpret_cast<float4*>(&sm.s_t[c][4 * r4]) =
+            make_float4(acc[4 * r4], acc[4 * r4 + 1], acc[4 * r4 + 2], acc[4 * r4 + 3]);
     }
     __syncthreads();  // S_{j+1} in s_t; buffer `buf` and the partial sums are free
     if (tid == 0 && j + kBufs <= steps) fetch(j + kBufs);

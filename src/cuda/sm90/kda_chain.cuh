@@ -37,29 +37,19 @@ __global__ void __launch_bounds__(Tr::kThreads)
   const int row0 = slice * R;
   auto at = [&](const float* buf, int64_t e, int r) { return buf + state_row_offset<D>(e, a.heads_v, hv, r); };
   constexpr uint32_t kPBytes = D * D * sizeof(float), kRBytes = R * D * sizeof(float);
-  // Step j's P_j and R_j (j = 1 .. steps) into buffer (j - 1) % kBufs: lane 0 of warp 0 announces
-  // the bytes, its lanes 0 .. kPieces - 1 each copy a piece of P_j (the copies in flight at once),
-  // lane 0 also R_j. Every lane of warp 0 calls it.
-  constexpr int kPieces = 8;
-  constexpr uint32_t kPiece = kPBytes / kPieces;
+  // Step j's P_j and R_j (j = 1 .. steps) into buffer (j - 1) % kBufs (one thread).
   auto fetch = [&](int j) {
-    const int buf = (j - 1) % kBufs, lane = tid & 31;
-    if (lane == 0) mbarrier_arrive_expect_tx(&sm.bar[buf], kPBytes + kRBytes);
-    __syncwarp();
-    if (lane < kPieces)
-      bulk_copy_g2s(reinterpret_cast<unsigned char*>(&sm.p[buf][0][0]) + lane * kPiece,
-                    reinterpret_cast<const unsigned char*>(at(p.seg_p, e0 + j - 1, 0)) + lane * kPiece, kPiece,
-                    &sm.bar[buf]);
-    if (lane == 0) bulk_copy_g2s(&sm.r[buf][0][0], at(p.seg_r, e0 + j - 1, row0), kRBytes, &sm.bar[buf]);
+    const int buf = (j - 1) % kBufs;
+    mbarrier_arrive_expect_tx(&sm.bar[buf], kPBytes + kRBytes);
+    bulk_copy_g2s(&sm.p[buf][0][0], at(p.seg_p, e0 + j - 1, 0), kPBytes, &sm.bar[buf]);
+    bulk_copy_g2s(&sm.r[buf][0][0], at(p.seg_r, e0 + j - 1, row0), kRBytes, &sm.bar[buf]);
   };
   // S_1 (segment 0's end, written by pass 1) lands in the partial sums, then is transposed into s_t.
   static_assert(sizeof(sm.part) >= kRBytes, "S_1's rows fit the partial sums");
   float* s1 = &sm.part[0][0][0];
-  if (tid < 32) {
-    if (tid == 0) {
-      mbarrier_arrive_expect_tx(&sm.bar_s, kRBytes);
-      bulk_copy_g2s(s1, at(p.seg_start, e0, row0), kRBytes, &sm.bar_s);
-    }
+  if (tid == 0) {
+    mbarrier_arrive_expect_tx(&sm.bar_s, kRBytes);
+    bulk_copy_g2s(s1, at(p.seg_start, e0, row0), kRBytes, &sm.bar_s);
     for (int j = 1; j <= steps && j <= kBufs; ++j) fetch(j);
   }
   mbarrier_wait(&sm.bar_s, 0);
@@ -105,7 +95,7 @@ __global__ void __launch_bounds__(Tr::kThreads)
             make_float4(acc[4 * r4], acc[4 * r4 + 1], acc[4 * r4 + 2], acc[4 * r4 + 3]);
     }
     __syncthreads();  // S_{j+1} in s_t; buffer `buf` and the partial sums are free
-    if (tid < 32 && j + kBufs <= steps) fetch(j + kBufs);
+    if (tid == 0 && j + kBufs <= steps) fetch(j + kBufs);
   }
 }
 

@@ -8,17 +8,20 @@
 
 namespace flash_kda::cuda::sm90 {
 
-// Tr: ChainTraits<kD, rows, buffers>. Thread (c, q) = (tid % kD, tid / kD) sums column c of the
-// CTA's rows over k in [q kD / 4, (q + 1) kD / 4); quarter 0 adds the others' sums and R_j.
+// Tr: ChainTraits<kD, rows, buffers>. Thread (cp, q) = (tid % (kD / 2), tid / (kD / 2)) sums columns
+// c0 = 2 cp and c0 + 1 of the CTA's rows over k in [q kQ, (q + 1) kQ), kQ = kD / kSplit; then forms
+// its share of the rows of S_{j+1} from R_j and every part's sums.
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads)
     kda_chain_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p) {
   constexpr int D = Tr::kDim, R = Tr::kRows, kSlices = D / R, kBufs = Tr::kBufs, kQ = D / Tr::kSplit;
+  constexpr int kRowsPer = R / Tr::kSplit;  // rows of S_{j+1} a thread forms
+  static_assert(Tr::kCols == 2, "two columns a thread");
   FLASH_KDA_DYNAMIC_SMEM(smem_bytes);
   auto& sm = *reinterpret_cast<typename Tr::Smem*>(smem_bytes);
   if (fused_chosen(a)) return;
   const int b = blockIdx.x, slice = b % kSlices, hv = (b / kSlices) % a.heads_v;
-  const int tid = threadIdx.x, c = tid % D, q = tid / D;
+  const int tid = threadIdx.x, c0 = 2 * (tid % (D / 2)), q = tid / (D / 2);
   int n;
   int64_t local;
   if (tid < 32) {
@@ -59,40 +62,43 @@ __global__ void __launch_bounds__(Tr::kThreads)
     const int buf = (j - 1) % kBufs;
     mbarrier_wait(&sm.bar[buf], ((j - 1) / kBufs) & 1);
     const float(*pj)[D] = sm.p[buf];
-    float acc[R];
+    float acc[R][2];
 #pragma unroll
-    for (int r = 0; r < R; ++r) acc[r] = 0.f;
-    // Column c of P_j over this quarter's k (consecutive lanes: consecutive columns) against the
-    // rows of S_j at k (broadcasts: a warp shares its quarter).
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = 0.f;
+    // Columns c0, c0 + 1 of P_j over this part's k (consecutive lanes: consecutive column pairs)
+    // against the rows of S_j at k (broadcasts: a warp shares its part).
+    const float* pk_at = &pj[q * kQ][c0];
 #pragma unroll 4
-    for (int k = q * kQ; k < (q + 1) * kQ; ++k) {
-      const float pk = pj[k][c];
+    for (int k = q * kQ; k < (q + 1) * kQ; ++k, pk_at += D) {
+      const float2 pk = *reinterpret_cast<const float2*>(pk_at);
 #pragma unroll
       for (int r4 = 0; r4 < R / 4; ++r4) {
         const float4 s = *reinterpret_cast<const float4*>(&sm.s_t[k][4 * r4]);
-        acc[4 * r4] = fmaf(s.x, pk, acc[4 * r4]), acc[4 * r4 + 1] = fmaf(s.y, pk, acc[4 * r4 + 1]);
-        acc[4 * r4 + 2] = fmaf(s.z, pk, acc[4 * r4 + 2]), acc[4 * r4 + 3] = fmaf(s.w, pk, acc[4 * r4 + 3]);
+        const float sv[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          acc[4 * r4 + i][0] = fmaf(sv[i], pk.x, acc[4 * r4 + i][0]);
+          acc[4 * r4 + i][1] = fmaf(sv[i], pk.y, acc[4 * r4 + i][1]);
+        }
       }
     }
-    if (q > 0) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) sm.part[q - 1][r][c] = acc[r];
-    }
+    for (int r = 0; r < R; ++r) *reinterpret_cast<float2*>(&sm.part[q][r][c0]) = make_float2(acc[r][0], acc[r][1]);
     __syncthreads();  // the partial sums are visible; nobody reads s_t, P_j or R_j of this step any more
-    if (q == 0) {  // S_{j+1} = S_j P_j + R_j
-      float* out = const_cast<float*>(at(p.seg_start, e0 + j, row0));
+    // S_{j+1} = S_j P_j + R_j: thread (cp, q) forms rows q kRowsPer .. of columns c0, c0 + 1.
+    float* out = const_cast<float*>(at(p.seg_start, e0 + j, row0));
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        float x = acc[r] + sm.r[buf][r][c];
+    for (int i = 0; i < kRowsPer; ++i) {
+      const int r = q * kRowsPer + i;
+      float2 x = *reinterpret_cast<const float2*>(&sm.r[buf][r][c0]);
 #pragma unroll
-        for (int i = 0; i < Tr::kSplit - 1; ++i) x += sm.part[i][r][c];
-        acc[r] = x;
-        out[r * D + c] = x;
+      for (int h = 0; h < Tr::kSplit; ++h) {
+        const float2 y = *reinterpret_cast<const float2*>(&sm.part[h][r][c0]);
+        x.x += y.x, x.y += y.y;
       }
-#pragma unroll
-      for (int r4 = 0; r4 < R / 4; ++r4)
-        *reinterpret_cast<float4*>(&sm.s_t[c][4 * r4]) =
-            make_float4(acc[4 * r4], acc[4 * r4 + 1], acc[4 * r4 + 2], acc[4 * r4 + 3]);
+      *reinterpret_cast<float2*>(&out[r * D + c0]) = x;
+      sm.s_t[c0][r] = x.x;
+      sm.s_t[c0 + 1][r] = x.y;
     }
     __syncthreads();  // S_{j+1} in s_t; buffer `buf` and the partial sums are free
     if (tid == 0 && j + kBufs <= steps) fetch(j + kBufs);

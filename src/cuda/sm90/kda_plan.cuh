@@ -132,27 +132,31 @@ __device__ __forceinline__ WorkUnit table_unit(const KdaFwdArgs& a, const SeqTab
 
 // The chain of a split sequence: S_{j+1} = S_j P_j + R_j for j = 1 .. m-2, in fp32 (every P_j is a
 // product of factors Diag(alpha)(I - beta k k^T) of norm <= 1, so the chain cannot amplify the
-// rounding of earlier steps). One CTA per (split sequence, head, kRows rows), kSplit threads a
-// column, each summing a quarter of the k range (docs/kernel.md, "The chain"). The CTA's rows of
-// S_j stay in shared memory from step to step; P_j (all of it) and the CTA's rows of R_j arrive by
-// bulk copies into one of kBufs buffers, so with two the next step's copies land while this step
-// computes. kD: the head dimension (the states are kD x kD).
+// rounding of earlier steps). One CTA per (split sequence, head, kRows rows); a thread sums two
+// adjacent columns of the CTA's rows over a 1 / kSplit of the k range (docs/kernel.md, "The chain").
+// The CTA's rows of S_j stay in shared memory from step to step; P_j (all of it) and the CTA's rows of
+// R_j arrive by bulk copies into one of kBufs buffers, so with two the next step's copies land while
+// this step computes. kD: the head dimension (the states are kD x kD).
 template <int kD, int kRows_, int kBufs_>
 struct ChainTraits {
   static constexpr int kDim = kD;
   static constexpr int kRows = kRows_;  // state rows per CTA
   static constexpr int kBufs = kBufs_;  // P / R buffers
-  static constexpr int kSplit = 4;      // threads per column: the k range in quarters
-  static constexpr int kThreads = kSplit * kD;
-  static constexpr int kPitchT = kRows + 4;  // s_t row pitch (floats): 16-byte rows, 4-way STS conflicts
-  static_assert(kRows % 4 == 0 && kD % (4 * kSplit) == 0, "float4 rows, whole k quarters");
+  static constexpr int kCols = 2;       // columns per thread (one 8-byte load of P per k)
+  // k parts: 8 with two buffers (one CTA an SM, 4 D threads), 4 with one (two CTAs an SM, 2 D each)
+  static constexpr int kSplit = kBufs == 2 ? 8 : 4;
+  static constexpr int kThreads = kSplit * kD / kCols;
+  // s_t row pitch (floats): 16-byte rows, padded where the shared memory allows (two single-buffer
+  // CTAs fill an SM without it).
+  static constexpr int kPitchT = kRows + (kBufs == 2 ? 4 : 0);
+  static_assert(kRows % 4 == 0 && kRows % kSplit == 0 && kD % kSplit == 0, "float4 rows, whole k parts and rows");
   struct Smem {
-    alignas(128) float p[kBufs][kD][kD];   // P_j
-    alignas(128) float r[kBufs][kRows][kD];  // this CTA's rows of R_j (and S_1 before the first step)
-    alignas(16) float part[kSplit - 1][kRows][kD];  // the k quarters 1.. of each sum
-    alignas(16) float s_t[kD][kPitchT];  // the current rows, transposed: s_t[k][row]
-    uint64_t bar[kBufs];                 // buffer b's copies landed
-    uint64_t bar_s;                      // S_1 landed
+    alignas(128) float p[kBufs][kD][kD];        // P_j
+    alignas(128) float r[kBufs][kRows][kD];     // this CTA's rows of R_j
+    alignas(16) float part[kSplit][kRows][kD];  // each k part's sums (S_1's rows before the first step)
+    alignas(16) float s_t[kD][kPitchT];         // the current rows, transposed: s_t[k][row]
+    uint64_t bar[kBufs];                        // buffer b's copies landed
+    uint64_t bar_s;                             // S_1 landed
     int seq;
   };
   static constexpr int kSmemBytes = sizeof(Smem);

@@ -50,11 +50,12 @@ inline Status current_sm90_device(int* sm_count) {
 }
 
 // Raises the dynamic shared-memory limit of kKernel on the current device, once per device (the
-// attribute belongs to the device's context: a second GPU needs its own call). Not a stream
-// operation, so it is harmless inside graph capture; after the first call on a device it costs an
-// atomic load.
+// attribute belongs to the device's context: a second GPU needs its own call), and with
+// max_carveout also asks for the largest shared-memory carveout (where several CTAs of a large
+// footprint must share an SM). Not a stream operation, so it is harmless inside graph capture;
+// after the first call on a device it costs an atomic load.
 template <auto kKernel>
-cudaError_t raise_smem_limit(int bytes) {
+cudaError_t raise_smem_limit(int bytes, bool max_carveout = false) {
   static std::atomic<uint64_t> done{0};  // bit d: set on device d (devices >= 64 always call)
   int device = 0;
   cudaError_t e = cudaGetDevice(&device);
@@ -62,6 +63,8 @@ cudaError_t raise_smem_limit(int bytes) {
   const uint64_t bit = device >= 0 && device < 64 ? uint64_t(1) << device : 0;
   if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
   e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess && max_carveout)
+    e = cudaFuncSetAttribute(kKernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   if (e == cudaSuccess && bit != 0) done.fetch_or(bit, std::memory_order_release);
   return e;
 }

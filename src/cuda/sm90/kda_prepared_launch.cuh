@@ -65,10 +65,7 @@ cudaError_t launch_kda_rec(const KdaFwdArgs& a, const PlanArgs& p, int pass, int
 template <int kD, int kRows, int kBufs>
 cudaError_t launch_kda_chain(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas, cudaStream_t stream) {
   using Tr = ChainTraits<kD, kRows, kBufs>;
-  cudaError_t e = raise_smem_limit<kda_chain_kernel<Tr>>(Tr::kSmemBytes);
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(kda_chain_kernel<Tr>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                             cudaSharedmemCarveoutMaxShared);
+  const cudaError_t e = raise_smem_limit<kda_chain_kernel<Tr>>(Tr::kSmemBytes, /*max_carveout=*/true);
   if (e != cudaSuccess) return e;
   kda_chain_kernel<Tr><<<dim3(static_cast<unsigned>(ctas)), Tr::kThreads, Tr::kSmemBytes, stream>>>(a, p);
   return cudaGetLastError();

@@ -31,7 +31,6 @@ inline void mbarrier_arrive(uint64_t* bar) { cp_async_mbarrier_arrive(bar); }
 inline void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   while ((emu::mbarrier(bar).completed & 1) == parity) emu::yield();
 }
-inline void fence_proxy_async_shared() {}  // (copies land at once in the emulation)
 inline void bulk_copy_g2s(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
   if (bytes % 16 != 0 || reinterpret_cast<uintptr_t>(smem) % 16 != 0 || reinterpret_cast<uintptr_t>(gmem) % 16 != 0)
     emu::fail("bulk copy: size or address not a multiple of 16");
@@ -93,12 +92,6 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
         : "r"(smem_address(bar)), "r"(parity)
         : "memory");
   } while (!done);
-}
-
-// Orders this thread's earlier generic-proxy accesses to shared memory before later async-proxy
-// ones (a bulk copy into memory the thread wrote): each writer fences, then a barrier, then the copy.
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 // Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to this CTA's shared

@@ -270,42 +270,6 @@ struct KdaPrepTraits : KdaDims<kD> {
   static_assert(kCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024, "kCtasPerSm CTAs fit an SM");
 };
 
-// The preparation pass of 32-token steps (kda_prep_pair.cuh): four warps a CTA, one pair of chunks
-// at a time, two raw buffers of the pair's q, k and g rows.
-struct PairPrepTraits {
-  static constexpr int kD = 128;
-  static constexpr int kTokens = 2 * kChunkTokens;  // a pair
-  static constexpr int kWarps = 4;
-  static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kCtasPerSm = 3;
-  // Raw rows padded to 272 bytes (68 words): the 8 rows g of a warp's 4-byte loads at column 2 t4
-  // fall in banks 4 g + t4, all distinct.
-  static constexpr int kPitch = kD + 8;
-  static constexpr int kRowBytes = kD * 2;
-  struct Raw {
-    uint16_t q[kTokens][kPitch];
-    uint16_t k[kTokens][kPitch];
-    uint16_t g[kTokens][kPitch];
-  };
-  // A warp's partial products: 6 matrices x 32 lanes x 8 floats = 6,144 bytes, over the warp's own
-  // 64-byte column range of the 96 raw rows (3 tensors x 32 tokens).
-  static constexpr int kPartials = 6;  // A_aa, M_aa, A_bb, M_bb, A_ba, M_ba
-  static_assert(kPartials * 32 * 8 * 4 == 3 * kTokens * 64, "the partials fill the warp's raw columns");
-  struct Smem {
-    Raw raw[2];
-    float ssq[kWarps][kTokens][2];  // per warp: sums of squares of q ([0]) and k ([1]) over its channels
-    float beta[kTokens];            // beta_scale sigmoid(beta), 0 outside the sequence
-    float lt[2][16][16];            // L^T of chunks a, b (the inverse); then rows of (-T_b) A[b][a]
-    float neg_t[2][16][16];         // -T_a, -T_b as stored (tf32-rounded)
-    float a_ba[16][16];             // A[b][a]
-    float g_b[16][kThreads];        // chunk b's G of each lane's 16 (token, channel) entries
-    float gate_add[kD];             // -rate log2(e) dt_bias of each channel
-    uint64_t full[2];               // raw buffer b's copies landed
-  };
-  static constexpr int kSmemBytes = sizeof(Smem);
-  static_assert(kCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024, "kCtasPerSm CTAs fit an SM");
-};
-
 // The recurrence kernel of the prepared plans: one loader warp copies prepared chunks from the
 // workspace into a ring of shared-memory stages with bulk copies (mbarrier hand-offs); the
 // consumers read them in place (fp16 tiles converted as they load their fragments).

@@ -5,7 +5,6 @@
 
 #include "../dispatch_common.h"
 #include "kda_chain.cuh"
-#include "kda_prep_pair.cuh"
 #include "kda_prepared.h"
 #include "kda_rec.cuh"
 
@@ -20,15 +19,6 @@ cudaError_t launch_prep_gate(const KdaFwdArgs& a, const PlanArgs& p, int64_t cta
   if (e != cudaSuccess) return e;
   kda_prep_kernel<kD, kSoftplus, kPair>
       <<<dim3(static_cast<unsigned>(ctas)), Tr::kThreads, Tr::kSmemBytes, stream>>>(a, p);
-  return cudaGetLastError();
-}
-
-template <int kD>
-cudaError_t launch_prep_pair(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas, cudaStream_t stream) {
-  using Tr = PairPrepTraits;
-  const cudaError_t e = raise_smem_limit<kda_prep_pair_kernel<kD>>(Tr::kSmemBytes);
-  if (e != cudaSuccess) return e;
-  kda_prep_pair_kernel<kD><<<dim3(static_cast<unsigned>(ctas)), Tr::kThreads, Tr::kSmemBytes, stream>>>(a, p);
   return cudaGetLastError();
 }
 
@@ -50,7 +40,7 @@ cudaError_t launch_rec(const KdaFwdArgs& a, const PlanArgs& p, int pass, int64_t
 template <int kD>
 cudaError_t launch_kda_prep(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas, cudaStream_t stream) {
   if constexpr (kD == 128) {
-    if (p.pair) return prepared_launch::launch_prep_pair<kD>(a, p, ctas, stream);
+    if (p.pair) return prepared_launch::launch_prep_gate<kD, false, true>(a, p, ctas, stream);
   }
   return a.softplus_gate ? prepared_launch::launch_prep_gate<kD, true>(a, p, ctas, stream)
                          : prepared_launch::launch_prep_gate<kD, false>(a, p, ctas, stream);

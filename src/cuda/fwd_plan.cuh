@@ -200,9 +200,7 @@ inline HostPlan make_plan(const FwdParams& p, int sm_count) {
   const int64_t chain_parts = h.chain_seqs * HV * (p.head_dim_k == 64 ? 64 : 128);  // rows in all
   h.chain_rows = chain_parts / 8 <= sm_count ? 8 : 16;
   h.chain_bufs = chain_parts / 16 <= sm_count ? 2 : 1;
-  // (32-token steps: the preparation with two threads a channel, KdaPrepTraits<128, 2>)
-  const int prep_per_sm = h.pair ? sm90::KdaPrepTraits<128, 2>::kCtasPerSm : dim.prep_ctas_per_sm;
-  h.prep_chunks = prep_chunks_for(h.max_chunks * HV, int64_t(sm_count) * prep_per_sm, h.pair ? 2 : 1);
+  h.prep_chunks = prep_chunks_for(h.max_chunks * HV, int64_t(sm_count) * dim.prep_ctas_per_sm, h.pair ? 2 : 1);
   h.slices3 = slices_for(std::max<int64_t>(h.max_extra, 1) * HV, sm_count, dim.max_slices);
 
   // As plan_args() carves it: the device plan flag, begin, len, slot, zero_init, the prefix sums,

@@ -68,8 +68,7 @@ struct EmuLaunch {
   int prep(const sm90::KdaFwdArgs& a, const sm90::PlanArgs& pa, int64_t ctas) {
     using Tr = sm90::KdaPrepTraits<kD>;
     if constexpr (kD == 128) {
-      using Pr = sm90::KdaPrepTraits<kD, 2>;
-      if (pa.pair) return run(ctas, Pr::kThreads, Pr::kSmemBytes, [&] { sm90::kda_prep_kernel<kD, false, true>(a, pa); });
+      if (pa.pair) return run(ctas, Tr::kThreads, Tr::kSmemBytes, [&] { sm90::kda_prep_kernel<kD, false, true>(a, pa); });
     }
     if (a.softplus_gate) return run(ctas, Tr::kThreads, Tr::kSmemBytes, [&] { sm90::kda_prep_kernel<kD, true, false>(a, pa); });
     return run(ctas, Tr::kThreads, Tr::kSmemBytes, [&] { sm90::kda_prep_kernel<kD, false, false>(a, pa); });

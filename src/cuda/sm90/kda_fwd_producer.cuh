@@ -92,13 +92,8 @@ struct KdaProducer {
   static constexpr int D = Tr::kDim;
   static constexpr int P = Tr::kGroupThreads;
   static constexpr int kGroups = Tr::kProducerGroups;
-  static constexpr int kWarps = P / 32;  // warps of a group: 4 (D = 128) or 2 (D = 64); 8 with kHalves 2
-  // Threads per channel: 1, or 2 (the preparation pass of 32-token steps: thread ptid takes channel
-  // ptid % D for the tokens of half ptid / D of the chunk; docs/kernel.md, "The preparation").
-  static constexpr int kHalves = P / D;
-  static constexpr int kHalfTokens = C / kHalves;
-  static_assert((P == D && (kWarps == 4 || kWarps == 2)) || (P == 2 * D && D == 128 && !kSoftplus),
-                "one producer thread per channel, or two (K = V = 128, the sigmoid gate)");
+  static constexpr int kWarps = P / 32;  // warps of a group: 4 (D = 128) or 2 (D = 64)
+  static_assert(P == D && (kWarps == 4 || kWarps == 2), "one producer thread per channel");
   // cp.async vectors (8 bf16) per thread and chunk: q, k, g rows of D channels, v rows of kVRows.
   static constexpr int kQkgVecs = C * D / 8 / P;
   static constexpr int kVVecs = Tr::kLoadV ? (C * Tr::kVRows / 8 + P - 1) / P : 0;
@@ -222,7 +217,7 @@ struct KdaProducer {
       group_sync();
       return;
     }
-    float G[kHalfTokens];
+    float G[C];
     gate_prefix(raw, lo, valid, gmul, gadd, G);
     group_sync();  // norms are visible
     before_tiles();
@@ -236,10 +231,10 @@ struct KdaProducer {
       l_matrix(sink);
       __syncwarp();
       inverse(sink);
-    } else if constexpr (kWarps >= 4) {
-      if (warp == 2 || warp == 3) {
+    } else if constexpr (kWarps == 4) {
+      if (warp >= 2) {
         m_matrix(sink, warp - 2);
-      } else if (warp == 1) {
+      } else {
         sink.cross(ptid);
       }
     } else {
@@ -257,7 +252,7 @@ struct KdaProducer {
     // -rate * (g + dt_bias) * log2(e) = g * gate_mul + gate_add: one FMA per element. The softplus
     // gate takes dt_bias itself (softplus(g + dt_bias) is not linear in g).
     const float gmul = gate_mul();
-    const float dt_bias = a.dt_bias[w.hv * D + ptid % D];
+    const float dt_bias = a.dt_bias[w.hv * D + ptid];
     const float gadd = kSoftplus ? dt_bias : gmul * dt_bias;
     load_raw(first, 0, limit);
     float beta_next = load_beta(first, limit);
@@ -322,44 +317,33 @@ struct KdaProducer {
   }
 
   // P2a: gates of this thread's channel, prefix-summed over the chunk in base 2.
-  // With two threads a channel, each sums its half of the tokens; the halves' totals go to the
-  // L^T tile (free until P3), and tiles() adds half 0's total to half 1's sums.
   __device__ void gate_prefix(const typename Tr::Raw& raw, int lo, int valid, float gate_mul, float gate_add,
-                              float (&G)[kHalfTokens]) const {
-    const int c = ptid % D, t0 = (ptid / D) * kHalfTokens;
+                              float (&G)[C]) const {
+    const int c = ptid;
     float acc = 0.f;
 #pragma unroll
-    for (int i = 0; i < kHalfTokens; ++i) {
-      const int t = t0 + i;
+    for (int t = 0; t < C; ++t) {
       // sigmoid(x) = 1 / (1 + 2^{-x log2 e}); the approximate ex2/rcp reach 0 and 1 exactly.
       const float sig = ptx::rcp(1.f + ptx::ex2(fmaf(bf16_bits_to_float(raw.g[t][c]), gate_mul, gate_add)));
       acc += t >= lo && t < valid ? a.lower_bound_log2 * sig : 0.f;
-      G[i] = acc;
+      G[t] = acc;
     }
-    if constexpr (kHalves == 2) half_totals()[ptid] = acc;
-  }
-  __device__ float* half_totals() const {
-    static_assert(sizeof(grp.l_t) >= sizeof(float) * P, "the halves' gate totals fit the L^T tile");
-    return &grp.l_t[0][0];
   }
 
   // Channel c of the chunk's normalised keys and queries (q with scale) and -v (this CTA's
   // columns, 0 past them), from the raw tiles and the norms of P1.
-  // (kN tokens from t0: the whole chunk, or one half of it)
-  template <int kN = C>
-  __device__ void normalised(const typename Tr::Raw& raw, int c, float (&k_hat)[kN], float (&q_hat)[kN],
-                             float (&nv)[kN], int t0 = 0) const {
+  __device__ void normalised(const typename Tr::Raw& raw, int c, float (&k_hat)[C], float (&q_hat)[C],
+                             float (&nv)[C]) const {
 #pragma unroll
-    for (int i = 0; i < kN; i += 4) {
-      const int t = t0 + i;
+    for (int t = 0; t < C; t += 4) {
       const float4 rk = *reinterpret_cast<const float4*>(&grp.rk[t]);
       const float4 rq = *reinterpret_cast<const float4*>(&grp.rq[t]);
       const float rk_[4] = {rk.x, rk.y, rk.z, rk.w}, rq_[4] = {rq.x, rq.y, rq.z, rq.w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        k_hat[i + j] = bf16_bits_to_float(raw.k[t + j][c]) * rk_[j];
-        q_hat[i + j] = bf16_bits_to_float(raw.q[t + j][c]) * rq_[j];
-        if constexpr (Tr::kLoadV) nv[i + j] = c < Tr::kVRows ? -bf16_bits_to_float(raw.v[t + j][c]) : 0.f;
+        k_hat[t + j] = bf16_bits_to_float(raw.k[t + j][c]) * rk_[j];
+        q_hat[t + j] = bf16_bits_to_float(raw.q[t + j][c]) * rq_[j];
+        if constexpr (Tr::kLoadV) nv[t + j] = c < Tr::kVRows ? -bf16_bits_to_float(raw.v[t + j][c]) : 0.f;
       }
     }
   }
@@ -368,11 +352,7 @@ struct KdaProducer {
   // first store: the compiler cannot prove the raw and stage tiles apart, and a store between
   // loads would serialise the 16 otherwise independent token chains.
   template <class Sink>
-  __device__ void tiles(const typename Tr::Raw& raw, const Sink& sink, float (&G)[kHalfTokens]) {
-    if constexpr (kHalves == 2) {
-      tiles_half(raw, sink, G);
-      return;
-    }
+  __device__ void tiles(const typename Tr::Raw& raw, const Sink& sink, const float (&G)[C]) {
     const int c = ptid;
     float k_hat[C], q_hat[C], nv[C];
     normalised(raw, c, k_hat, q_hat, nv);
@@ -398,42 +378,6 @@ struct KdaProducer {
     if constexpr (Tr::kLoadV) {
       if (c < Tr::kVRows) sink.neg_v(c, nv);
     }
-  }
-
-  // P2b with two threads a channel: this thread's half h of the tokens of channel c, G relative to
-  // the chunk's start once half 0's total is added (the totals were stored before the group barrier
-  // that precedes this). Tokens go to the sink two at a time (kq_half: the pair's lanes swap one
-  // value each), k_dec as this half's four token-pair words.
-  template <class Sink>
-  __device__ void tiles_half(const typename Tr::Raw& raw, const Sink& sink, float (&G)[kHalfTokens]) {
-    constexpr int T = kHalfTokens;
-    const int c = ptid % D, h = ptid / D;
-    const float tot0 = half_totals()[c], tot1 = half_totals()[D + c];
-    if (h == 1) {
-#pragma unroll
-      for (int i = 0; i < T; ++i) G[i] += tot0;
-    }
-    float k_hat[T], q_hat[T], nv[T];
-    normalised<T>(raw, c, k_hat, q_hat, nv, h * T);
-    const float gamma = ptx::ex2(tot0 + tot1);
-    float k_dec[T];
-#pragma unroll
-    for (int i = 0; i < T; i += 2) {
-      float k_til[2], q_til[2];
-#pragma unroll
-      for (int x = 0; x < 2; ++x) {
-        const int u = i + x;
-        const float e = ptx::ex2(G[u]);   // in [2^-115.4, 1]
-        const float r = ptx::ex2(-G[u]);  // in [1, 2^115.4]; independent of e (no MUFU chain)
-        k_til[x] = k_hat[u] * e;
-        q_til[x] = q_hat[u] * e;
-        grp.k_bar[h * T + u][c] = ptx::round_tf32(k_hat[u] * r);
-        k_dec[u] = k_hat[u] * (gamma * r);  // gamma <= e, so the factor is <= 1
-      }
-      sink.kq_half(h * T + i, c, k_til, q_til);
-    }
-    sink.gamma_half(c, h, gamma);
-    sink.k_dec_half(c, h, k_dec);
   }
 
   // P3a (warp 0): L = diag(beta) * strict_lower(k_tilde k_bar^T), both 8-column halves, over the

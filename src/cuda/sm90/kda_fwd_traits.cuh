@@ -231,24 +231,12 @@ struct KdaFwdTraits : KdaDims<kD> {
   static constexpr int kSmemBytes = sizeof(Smem);
 };
 
-// The tiles of a prepared chunk the preparation pass keeps in shared memory: k_tilde and q_tilde in
-// the layout the A and M products read.
-template <int kD>
-struct KdaPrepTiles {
-  float k_tilde[kChunkTokens / 2][KdaDims<kD>::kPitchKI];
-  float q_tilde[kChunkTokens / 2][KdaDims<kD>::kPitchKI];
-};
-
 // The preparation pass: one producer group a CTA, several CTAs an SM, each preparing a few
-// consecutive chunks of one (sequence, value head) into the workspace (KdaPrepared). kHalves: one
-// thread a channel, or two, each taking half of a chunk's tokens (the pair format of 32-token steps:
-// 8 warps a CTA, three CTAs an SM; docs/kernel.md, "The preparation").
-template <int kD, int kHalves = 1>
+// consecutive chunks of one (sequence, value head) into the workspace (KdaPrepared).
+template <int kD>
 struct KdaPrepTraits : KdaDims<kD> {
   using Dims = KdaDims<kD>;
-  using Dims::kChunk, Dims::kDim, Dims::kPitchKI;
-  static_assert(kHalves == 1 || (kHalves == 2 && kD == 128), "two threads a channel: K = V = 128");
-  static constexpr int kGroupThreads = kHalves * kD;
+  using Dims::kChunk, Dims::kDim, Dims::kGroupThreads, Dims::kPitchKI;
   static constexpr int kVRows = 0;
   static constexpr bool kLoadV = false;
   static constexpr bool kShiftedGrid = true;  // WorkUnit::shift may be nonzero (checkpoints)
@@ -256,16 +244,15 @@ struct KdaPrepTraits : KdaDims<kD> {
   static constexpr int kThreads = kGroupThreads;
   static constexpr int kRawStages = 2;
   // kD = 128: 128 registers a thread, ~52 KB of shared memory a CTA. kD = 64: CTAs of 64 threads
-  // and ~28 KB, twice as many: the same 16 warps and 128 registers a thread. Two threads a channel:
-  // 24 warps an SM at 80 registers a thread.
-#ifndef FLASH_KDA_PAIR_PREP_CTAS
-#define FLASH_KDA_PAIR_PREP_CTAS 3
-#endif
-  static constexpr int kCtasPerSm = kHalves == 2 ? FLASH_KDA_PAIR_PREP_CTAS : kD == 128 ? 4 : 8;
+  // and ~28 KB, twice as many: the same 16 warps and 128 registers a thread.
+  static constexpr int kCtasPerSm = kD == 128 ? 4 : 8;
   static constexpr int kBarGroup0 = 1;
   using Raw = KdaRaw<kD, 0>;
   using Group = KdaGroup<kD, 0, kRawStages>;
-  using Tiles = KdaPrepTiles<kD>;
+  struct Tiles {  // k_tilde and q_tilde in the layout the A and M products read
+    float k_tilde[kChunk / 2][kPitchKI];
+    float q_tilde[kChunk / 2][kPitchKI];
+  };
   // 32-token steps (kD = 128 only): chunk a's k_dec tile (relative to a's end) kept for the pair's
   // cross blocks; the row pitch of 136 halves puts a B fragment load's 32 words in distinct banks.
   // After chunk b's products it holds A[b][a] (fp32).

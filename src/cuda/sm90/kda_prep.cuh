@@ -18,7 +18,7 @@ template <int kD>
 struct WorkspaceSink {
   using Prepared = KdaPrepared<kD>;
   static constexpr int kPitchKI = KdaDims<kD>::kPitchKI;
-  KdaPrepTiles<kD>& tl;
+  typename KdaPrepTraits<kD>::Tiles& tl;
   unsigned char* dst;  // this chunk's KdaPrepared
   float inv_scale;     // q_hat is stored without the output scale
 
@@ -60,42 +60,6 @@ struct WorkspaceSink {
     reinterpret_cast<float*>(dst + Prepared::kGamma)[Prepared::gamma_word(c)] = g;
   }
   __device__ void neg_v(int, const float (&)[kChunkTokens]) const {}
-
-  // Two threads a channel (KdaProducer::tiles_half): tokens u and u + 1 of channel c. The shared
-  // tiles take each value alone; of the workspace words (token, channels c, c ^ 1) the even lane of a
-  // channel pair stores token u's and the odd lane token u + 1's, each sending the other one value.
-  __device__ void kq_half(int u, int c, const float (&k)[2], const float (&q)[2]) const {
-#pragma unroll
-    for (int x = 0; x < 2; ++x) {
-      const int t = u + x;
-      tl.k_tilde[t % 8][2 * c + t / 8] = ptx::round_tf32(k[x]);
-      tl.q_tilde[t % 8][2 * c + t / 8] = ptx::round_tf32(q[x]);
-    }
-    store_kq_half(u, c, k, q);
-  }
-  __device__ void store_kq_half(int u, int c, const float (&k)[2], const float (&q)[2]) const {
-    const bool odd = c & 1;
-    const float k_other = __shfl_xor_sync(0xffffffffu, odd ? k[0] : k[1], 1);
-    const float q_other = __shfl_xor_sync(0xffffffffu, odd ? q[0] : q[1], 1);
-    const int at = 4 * Prepared::kq_word(odd ? u + 1 : u, c >> 1);
-    *reinterpret_cast<__half2*>(dst + Prepared::kKTilde + at) =
-        odd ? __floats2half2_rn(k_other, k[1]) : __floats2half2_rn(k[0], k_other);
-    *reinterpret_cast<__half2*>(dst + Prepared::kQHat + at) =
-        odd ? __floats2half2_rn(q_other * inv_scale, q[1] * inv_scale)
-            : __floats2half2_rn(q[0] * inv_scale, q_other * inv_scale);
-  }
-  __device__ void gamma_half(int c, int h, float g) const {
-    if (h == 0) gamma(c, g);
-  }
-  // Half h's token pairs w = 4 h .. 4 h + 3 of channel c (kd[i]: token 8 h + i).
-  __device__ void k_dec_half(int c, int h, const float (&kd)[kChunkTokens / 2]) const {
-    uint32_t* d = reinterpret_cast<uint32_t*>(dst + Prepared::kKDec);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const __half2 x = __floats2half2_rn(kd[2 * j], kd[2 * j + 1]);
-      d[Prepared::k_dec_word(c, 4 * h + j)] = *reinterpret_cast<const uint32_t*>(&x);
-    }
-  }
   __device__ void m(int t, int s, float x) const {
     reinterpret_cast<float*>(dst + Prepared::kM)[Prepared::square_word(t, s)] = ptx::round_tf32(x);
   }
@@ -119,8 +83,8 @@ struct WorkspaceSink {
 // that end row t % 8 of the k_tilde (t < 8) or q_tilde tile, which no product reads and no sink
 // writes.
 template <int kD>
-__device__ __forceinline__ float* neg_t_a_home(KdaPrepTiles<kD>& tl, int t, int s) {
-  static_assert(KdaDims<kD>::kPitchKI - 2 * kD == kChunkTokens, "a row's padding holds one row of -T");
+__device__ __forceinline__ float* neg_t_a_home(typename KdaPrepTraits<kD>::Tiles& tl, int t, int s) {
+  static_assert(KdaPrepTraits<kD>::kPitchKI - 2 * kD == kChunkTokens, "a row's padding holds one row of -T");
   return &(t < 8 ? tl.k_tilde : tl.q_tilde)[t & 7][2 * kD + s];
 }
 
@@ -137,7 +101,7 @@ template <int kD>
 struct PairSink {
   static_assert(kD == 128, "32-token steps are built for K = V = 128");
   using Prepared = KdaPrepared<kD>;
-  using Tr = KdaPrepTraits<kD, 2>;
+  using Tr = KdaPrepTraits<kD>;
   static constexpr int C = kChunkTokens;
   WorkspaceSink<kD> ws;          // this chunk's slot
   unsigned char* slot_a;         // the pair's slot a (with second: the other slot)
@@ -178,39 +142,6 @@ struct PairSink {
     a_sink.gamma(c, gamma_a * g);
   }
   __device__ void neg_v(int, const float (&)[C]) const {}
-
-  // Two threads a channel (KdaProducer::tiles_half): as kq, k_dec and gamma above for this thread's
-  // half h of the tokens (chunk b reads back the stash tokens it wrote itself in chunk a).
-  __device__ void kq_half(int u, int c, const float (&k)[2], const float (&q)[2]) const {
-    if (!second) return ws.kq_half(u, c, k, q);
-#pragma unroll
-    for (int x = 0; x < 2; ++x) {
-      const int t = u + x;
-      ws.tl.k_tilde[t % 8][2 * c + t / 8] = ptx::round_tf32(k[x]);
-      ws.tl.q_tilde[t % 8][2 * c + t / 8] = ptx::round_tf32(q[x]);
-    }
-    const float ks[2] = {k[0] * gamma_a, k[1] * gamma_a}, qs[2] = {q[0] * gamma_a, q[1] * gamma_a};
-    ws.store_kq_half(u, c, ks, qs);
-  }
-  __device__ void k_dec_half(int c, int h, const float (&kd)[C / 2]) const {
-    if (second) return ws.k_dec_half(c, h, kd);
-#pragma unroll
-    for (int i = 0; i < C / 2; ++i) stash.k_dec[(C / 2) * h + i][c] = __float2half_rn(kd[i]);
-  }
-  __device__ void gamma_half(int c, int h, float g) const {
-    if (!second) {
-      gamma_a = g;
-      return;
-    }
-    ws.gamma_half(c, h, g);
-    float kd[C / 2];
-#pragma unroll
-    for (int i = 0; i < C / 2; ++i) kd[i] = __half2float(stash.k_dec[(C / 2) * h + i][c]) * g;
-    WorkspaceSink<kD> a_sink{ws.tl, slot_a, ws.inv_scale};
-    a_sink.k_dec_half(c, h, kd);
-    a_sink.gamma_half(c, h, gamma_a * g);
-  }
-
   __device__ void m(int t, int s, float x) const { ws.m(t, s, x); }
   // -T also stays in shared memory for pair_epilogue(), as rounded for the workspace: chunk a's in
   // the row padding of the tiles (which chunk b's tiles() does not write), chunk b's over L^T (the
@@ -296,8 +227,7 @@ __device__ __forceinline__ unsigned char* prepared_chunk(const PlanArgs& p, int 
 // here (-T_b) Y (thread: row t = ptid / 8, columns 2 (ptid % 8), +1), -T_b over L^T
 // (PairSink::neg_t), all in shared memory.
 template <int kD>
-__device__ __forceinline__ void pair_epilogue(typename KdaPrepTraits<kD, 2>::Smem& sm, unsigned char* slot_a, int ptid) {
-  if (ptid >= 8 * kChunkTokens) return;  // (one thread per (row, column pair): the first 128)
+__device__ __forceinline__ void pair_epilogue(typename KdaPrepTraits<kD>::Smem& sm, unsigned char* slot_a, int ptid) {
   using Prepared = KdaPrepared<kD>;
   constexpr int C = kChunkTokens;
   const int t = ptid >> 3, s = 2 * (ptid & 7);
@@ -320,9 +250,9 @@ __device__ __forceinline__ void pair_epilogue(typename KdaPrepTraits<kD, 2>::Sme
 // kPair: the pair format of 32-token steps (PairSink; prep_chunks is even, and a sequence's chunk
 // count is rounded up to even: a missing chunk b is all past the end, an exact identity).
 template <int kD, bool kSoftplus, bool kPair>
-__global__ void __launch_bounds__(KdaPrepTraits<kD, kPair ? 2 : 1>::kThreads, KdaPrepTraits<kD, kPair ? 2 : 1>::kCtasPerSm)
+__global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>::kCtasPerSm)
     kda_prep_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p) {
-  using Tr = KdaPrepTraits<kD, kPair ? 2 : 1>;
+  using Tr = KdaPrepTraits<kD>;
   FLASH_KDA_DYNAMIC_SMEM(smem_bytes);
   auto& sm = *reinterpret_cast<typename Tr::Smem*>(smem_bytes);
   if (fused_chosen(a)) return;

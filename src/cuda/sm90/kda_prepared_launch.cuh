@@ -14,7 +14,7 @@ namespace prepared_launch {
 
 template <int kD, bool kSoftplus, bool kPair = false>
 cudaError_t launch_prep_gate(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas, cudaStream_t stream) {
-  using Tr = KdaPrepTraits<kD, kPair ? 2 : 1>;
+  using Tr = KdaPrepTraits<kD>;
   const cudaError_t e = raise_smem_limit<kda_prep_kernel<kD, kSoftplus, kPair>>(Tr::kSmemBytes);
   if (e != cudaSuccess) return e;
   kda_prep_kernel<kD, kSoftplus, kPair>

@@ -96,6 +96,9 @@ struct KdaProducer {
   static_assert(P == D && (kWarps == 4 || kWarps == 2), "one producer thread per channel");
   // cp.async vectors (8 bf16) per thread and chunk: q, k, g rows of D channels, v rows of kVRows.
   static constexpr int kQkgVecs = C * D / 8 / P;
+  // The preparation pass (no v rows: kVRows 0) computes both halves of M on one warp (m_matrix_both);
+  // the fused kernel keeps them on two.
+  static constexpr bool kOneWarpM = Tr::kVRows == 0;
   static constexpr int kVVecs = Tr::kLoadV ? (C * Tr::kVRows / 8 + P - 1) / P : 0;
   static constexpr int kVRowVecs = Tr::kLoadV ? Tr::kVRows / 8 : 1;  // 16-byte vectors of one v row
 
@@ -231,6 +234,12 @@ struct KdaProducer {
       l_matrix(sink);
       __syncwarp();
       inverse(sink);
+    } else if constexpr (kOneWarpM) {
+      if (warp == 2 || kWarps == 2) {
+        m_matrix_both(sink);
+      } else if (warp == 1) {
+        sink.cross(ptid);
+      }
     } else if constexpr (kWarps == 4) {
       if (warp >= 2) {
         m_matrix(sink, warp - 2);
@@ -424,6 +433,31 @@ struct KdaProducer {
       const int t = g + (r >= 2 ? 8 : 0), s = n0 + 2 * t4 + (r & 1);
       sink.m(t, s, s <= t ? sum : 0.f);
     }
+  }
+
+  // P3b on one warp: both halves of M, each A fragment of q_tilde loaded once for both (shared-memory
+  // wavefronts, not the MMAs, are what the preparation is short of: docs/perf_log.md, session 13).
+  template <class Sink>
+  __device__ void m_matrix_both(const Sink& sink) {
+    const int lane = ptid & 31, g = lane >> 2, t4 = lane & 3;
+    float acc[2][2][4] = {};
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      const float4 a4 = *reinterpret_cast<const float4*>(&sink.q_tilde()[g][2 * (8 * j + 2 * t4)]);
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        const float2 b = *reinterpret_cast<const float2*>(&grp.k_bar[8 * n + g][8 * j + 2 * t4]);
+        ptx::mma_tf32(acc[n][j % 2], a4.x, a4.y, a4.z, a4.w, b.x, b.y);
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float sum = acc[n][0][r] + acc[n][1][r];
+        const int t = g + (r >= 2 ? 8 : 0), s = 8 * n + 2 * t4 + (r & 1);
+        sink.m(t, s, s <= t ? sum : 0.f);
+      }
   }
 
   // P4: lanes 0..15 of warp 0 each solve one column j of X = (I + L)^{-1} (L strictly lower), then

@@ -90,11 +90,18 @@ __device__ __forceinline__ float* neg_t_a_home(typename KdaPrepTraits<kD>::Tiles
 
 // Y = A[b][a] (-T_a) of a pair (fp32 [t][s]), in the stash after A[b][a]: both written by warp 1 in
 // chunk b's P3, when a's k_dec has been read.
+// A[b][a] itself is kept at a row pitch of kPitchABa floats: the product below reads one column of it
+// across 16 rows (lane / 2), which a pitch of 16 would put in 2 banks (8-way conflicts), 18 in 16.
+constexpr int kPitchABa = kChunkTokens + 2;
+template <class Stash>
+__device__ __forceinline__ float (*pair_a_ba(Stash& stash))[kPitchABa] {
+  return reinterpret_cast<float(*)[kPitchABa]>(&stash);
+}
 template <class Stash>
 __device__ __forceinline__ float (*pair_y(Stash& stash))[kChunkTokens] {
-  static_assert(sizeof(Stash) >= 2 * kChunkTokens * kChunkTokens * sizeof(float), "A[b][a] and Y fit the stash");
+  static_assert(sizeof(Stash) >= (kPitchABa + kChunkTokens) * kChunkTokens * sizeof(float), "A[b][a] and Y fit the stash");
   return reinterpret_cast<float(*)[kChunkTokens]>(reinterpret_cast<unsigned char*>(&stash) +
-                                                  kChunkTokens * kChunkTokens * sizeof(float));
+                                                  kPitchABa * kChunkTokens * sizeof(float));
 }
 
 template <int kD>
@@ -181,7 +188,7 @@ struct PairSink {
     }
     float* m_ba = reinterpret_cast<float*>(ws.dst + Prepared::kCross);
     __syncwarp();  // every lane has read the stash
-    float(*a_ba)[C] = reinterpret_cast<float(*)[C]>(&stash.k_dec[0][0]);
+    float(*a_ba)[kPitchABa] = pair_a_ba(stash);
 #pragma unroll
     for (int n = 0; n < 2; ++n)
 #pragma unroll

@@ -22,7 +22,8 @@
 //
 // A producer group has one thread per channel: 4 warps at D = 128, 2 at D = 64. P3 and P4 are
 // spread over the group's warps: with 4, warp 0 computes A and the inverse while warps 2 and 3
-// compute the two halves of M; with 2, warp 1 computes both halves of M.
+// compute the two halves of M (the preparation pass: warp 2 both, loading each fragment once); with
+// 2, warp 1 computes both halves of M.
 //
 // Where the prepared chunk goes is a policy (a "sink"): the fused kernel writes it into a ring
 // stage its consumers read (StageSink); the preparation pass writes it to the workspace in the
@@ -227,8 +228,8 @@ struct KdaProducer {
     tiles(raw, sink, G);
     group_sync();
     // Warp 0 computes A and goes straight on to the inverse, which needs nothing else; warps 2
-    // and 3 compute M meanwhile (warp 1 computes the cross blocks of a pair's second chunk, else
-    // has no work here). D = 64: warp 1 computes M.
+    // and 3 compute M meanwhile, or warp 2 alone in the preparation pass (warp 1 computes the cross
+    // blocks of a pair's second chunk, else has no work here). D = 64: warp 1 computes M.
     const int warp = ptid >> 5;
     if (warp == 0) {
       l_matrix(sink);

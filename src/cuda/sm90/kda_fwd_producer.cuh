@@ -35,7 +35,6 @@
 
 #include <utility>
 
-#include "../common/bulk_copy.cuh"
 #include "../common/ptx.cuh"
 #include "kda_fwd_scheduler.cuh"
 #include "kda_fwd_traits.cuh"
@@ -101,13 +100,6 @@ struct KdaProducer {
   // The preparation pass (no v rows: kVRows 0) computes both halves of M on one warp (m_matrix_both);
   // the fused kernel keeps them on two.
   static constexpr bool kOneWarpM = Tr::kVRows == 0;
-  // The preparation pass (no v rows) takes its raw q, k and g rows by bulk copies (one 2·D-byte
-  // row a copy, 3 C copies a chunk from warp 0, completion on raw_full[buffer]) instead of 16-byte
-  // cp.async pieces: the copies then bypass the L1/shared-memory pipe that bounds the pass, and a
-  // thread forms no source addresses. Rows outside the sequence are not copied; their stale
-  // contents are masked where the raw values are read (normalised(), the gates' valid range). The
-  // softplus gate's preparation keeps cp.async (with the masks its kernel spills).
-  static constexpr bool kBulkRaw = !Tr::kLoadV && !kSoftplus;
   static constexpr int kVVecs = Tr::kLoadV ? (C * Tr::kVRows / 8 + P - 1) / P : 0;
   static constexpr int kVRowVecs = Tr::kLoadV ? Tr::kVRows / 8 : 1;  // 16-byte vectors of one v row
 
@@ -122,8 +114,6 @@ struct KdaProducer {
   const uint16_t *q_src[kQkgVecs], *k_src[kQkgVecs], *g_src[kQkgVecs], *v_src[kVVecs > 0 ? kVVecs : 1];
   const uint16_t* beta_src;
   int shift;  // w.shift, or 0 where the grid is never shifted (known at compile time there)
-  uint64_t* raw_full = nullptr;  // kBulkRaw: an mbarrier a raw buffer (count 1), set by the kernel
-  int cur_lo = 0, cur_valid = C;  // tokens [cur_lo, cur_valid) of the chunk being prepared are real
 
   __device__ KdaProducer(const KdaFwdArgs& args, const WorkUnit& work, Group& group_smem, int group, int tid)
       : a(args),
@@ -160,25 +150,6 @@ struct KdaProducer {
   // group's raw buffer `buf` if i < limit; tokens past the end, and the virtual ones before the
   // first (w.shift), are zero-filled. Always commits one group.
   __device__ void load_raw(int i, int buf, int limit) {
-    if constexpr (kBulkRaw) {
-      if (i < limit && ptid < 32) {
-        typename Tr::Raw& raw = grp.raw[buf];
-        const int64_t t0 = int64_t(i) * C - shift;
-        const int lo = Tr::kShiftedGrid ? int(max(int64_t(0), -t0)) : 0, hi = int(min(int64_t(C), w.len - t0));
-        constexpr uint32_t kRow = 2 * D;
-        if (ptid == 0) mbarrier_arrive_expect_tx(&raw_full[buf], 3 * kRow * uint32_t(max(hi - lo, 0)));
-        __syncwarp();
-        if (ptid >= lo && ptid < hi) {
-          const int hq = w.hv / a.group;
-          const int64_t t = w.begin + t0 + ptid;
-          bulk_copy_g2s(&raw.q[ptid][0], a.q + w.row * a.q_s[0] + t * a.q_s[1] + hq * a.q_s[2], kRow, &raw_full[buf]);
-          bulk_copy_g2s(&raw.k[ptid][0], a.k + w.row * a.k_s[0] + t * a.k_s[1] + hq * a.k_s[2], kRow, &raw_full[buf]);
-          bulk_copy_g2s(&raw.g[ptid][0], a.g + w.row * a.g_s[0] + t * a.g_s[1] + int64_t(w.hv) * a.g_s[2], kRow,
-                        &raw_full[buf]);
-        }
-      }
-      return;
-    }
     if (i < limit) {
       typename Tr::Raw& raw = grp.raw[buf];
       const int64_t t0 = int64_t(i) * C - shift;  // the chunk's first token
@@ -226,7 +197,6 @@ struct KdaProducer {
     // checkpoints").
     const int64_t t0 = int64_t(i) * C - shift;
     const int lo = Tr::kShiftedGrid ? int(max(int64_t(0), -t0)) : 0, valid = int(min(int64_t(C), w.len - t0));
-    cur_lo = lo, cur_valid = valid;
     norms(raw, lo, valid, beta_raw);
     if constexpr (kSoftplus) {
       float alpha[C];
@@ -302,11 +272,7 @@ struct KdaProducer {
       load_raw(i + step, (n + 1) % Tr::kRawStages, limit);
       const float beta_raw = beta_next;
       beta_next = load_beta(i + step, limit);
-      if constexpr (kBulkRaw) {
-        mbarrier_wait(&raw_full[n % Tr::kRawStages], uint32_t(n / Tr::kRawStages) & 1u);
-      } else {
-        ptx::cp_async_wait<1>();
-      }
+      ptx::cp_async_wait<1>();
       group_sync();  // chunk i's raw tiles are visible to the whole group
       prepare(grp.raw[n % Tr::kRawStages], i, beta_raw, gmul, gadd, sink_of(i), [&] { before_tiles(i); });
       done(i);
@@ -387,11 +353,6 @@ struct KdaProducer {
       for (int j = 0; j < 4; ++j) {
         k_hat[t + j] = bf16_bits_to_float(raw.k[t + j][c]) * rk_[j];
         q_hat[t + j] = bf16_bits_to_float(raw.q[t + j][c]) * rq_[j];
-        if constexpr (kBulkRaw) {  // (rows outside the sequence hold stale bytes: selected away)
-          const bool in = t + j >= cur_lo && t + j < cur_valid;
-          k_hat[t + j] = in ? k_hat[t + j] : 0.f;
-          q_hat[t + j] = in ? q_hat[t + j] : 0.f;
-        }
         if constexpr (Tr::kLoadV) nv[t + j] = c < Tr::kVRows ? -bf16_bits_to_float(raw.v[t + j][c]) : 0.f;
       }
     }

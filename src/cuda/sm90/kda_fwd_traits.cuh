@@ -264,7 +264,6 @@ struct KdaPrepTraits : KdaDims<kD> {
     Group group;
     Tiles tiles;
     std::conditional_t<kD == 128, PairStash, NoStash> stash;
-    uint64_t raw_full[kRawStages];  // raw buffer b's bulk copies landed (KdaProducer::kBulkRaw)
   };
   static constexpr int kSmemBytes = sizeof(Smem);
   // (an SM has 228 KB of shared memory, 1 KB of it reserved per CTA)

@@ -274,13 +274,7 @@ __global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>
   if constexpr (kPair) nchunks = (nchunks + 1) & ~1;
   const int c0 = int(block) * p.prep_chunks, c1 = min(c0 + p.prep_chunks, nchunks);
   const float inv_scale = a.scale != 0.f ? 1.f / a.scale : 0.f;
-  if (threadIdx.x == 0) {
-    mbarrier_init(&sm.raw_full[0], 1);
-    mbarrier_init(&sm.raw_full[1], 1);
-  }
-  __syncthreads();
   KdaProducer<Tr, kSoftplus> producer(a, w, sm.group, 0, threadIdx.x);
-  producer.raw_full = sm.raw_full;
   if constexpr (kPair) {
     static_assert(!kSoftplus, "32-token steps are built for the sigmoid gate");
     float gamma_a = 1.f;  // this thread's channel: chunk a's decay, carried to chunk b

@@ -291,15 +291,18 @@ struct KdaProducer {
         [&](int i) { ptx::bar_arrive(Tr::kBarFull0 + i % Tr::kStages, Tr::kHandoffThreads); });
   }
 
-  // P1: kGroupThreads / 16 threads per token, reduced with shuffles inside the warp.
+  // P1: kGroupThreads / 16 threads per token, reduced with shuffles inside the warp. In step h the
+  // kLanes lanes of a token read kLanes adjacent 16-byte pieces of its row (channels 8 part + 8 kLanes h
+  // ..): one conflict-free wavefront a quarter-warp (pieces 2 apart put two lanes on each bank group).
   __device__ void norms(const typename Tr::Raw& raw, int lo, int valid, float beta_raw) {
     constexpr int kLanes = P / C, kCh = D / kLanes;  // lanes per token, channels per lane
     const int t = ptid / kLanes, part = ptid % kLanes;
     float ssq_q = 0.f, ssq_k = 0.f;
 #pragma unroll
     for (int h = 0; h < kCh / 8; ++h) {
-      const uint4 qv = *reinterpret_cast<const uint4*>(&raw.q[t][part * kCh + h * 8]);
-      const uint4 kv = *reinterpret_cast<const uint4*>(&raw.k[t][part * kCh + h * 8]);
+      const int col = 8 * (part + kLanes * h);
+      const uint4 qv = *reinterpret_cast<const uint4*>(&raw.q[t][col]);
+      const uint4 kv = *reinterpret_cast<const uint4*>(&raw.k[t][col]);
       const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w}, kw[4] = {kv.x, kv.y, kv.z, kv.w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {

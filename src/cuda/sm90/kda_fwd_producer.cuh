@@ -393,30 +393,53 @@ struct KdaProducer {
     }
   }
 
-  // P3a (warp 0): L = diag(beta) * strict_lower(k_tilde k_bar^T), both 8-column halves, over the
-  // D channels in eight independent accumulator chains; stored transposed for the inverse.
-  template <class Sink>
-  __device__ void l_matrix(const Sink& sink) {
+  // Both 8-column halves of tile k_bar^T over the D channels (tile: k_tilde or q_tilde,
+  // token-interleaved), in kChains independent accumulator chains a half; sum[n][r] is element r of
+  // half n's C fragment (row g + 8 (r / 2), column 8 n + 2 t4 + r % 2).
+  template <int kChains, class Tile>
+  __device__ void k_bar_products(const Tile& tile, float (&sum)[2][4]) const {
     const int lane = ptid & 31, g = lane >> 2, t4 = lane & 3;
-    float acc[2][4][4] = {};
+    float acc[2][kChains][4] = {};
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       // (rows g, g + 8) x (channels 2t, 2t + 1) in one load: exactly the A fragment a0..a3.
-      const float4 a4 = *reinterpret_cast<const float4*>(&sink.k_tilde()[g][2 * (8 * j + 2 * t4)]);
+      const float4 a4 = *reinterpret_cast<const float4*>(&tile[g][2 * (8 * j + 2 * t4)]);
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
         const float2 b = *reinterpret_cast<const float2*>(&grp.k_bar[8 * n + g][8 * j + 2 * t4]);
-        ptx::mma_tf32(acc[n][j % 4], a4.x, a4.y, a4.z, a4.w, b.x, b.y);
+        ptx::mma_tf32(acc[n][j % kChains], a4.x, a4.y, a4.z, a4.w, b.x, b.y);
       }
     }
 #pragma unroll
     for (int n = 0; n < 2; ++n)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        const float sum = (acc[n][0][r] + acc[n][1][r]) + (acc[n][2][r] + acc[n][3][r]);
-        const int t = g + (r >= 2 ? 8 : 0), s = 8 * n + 2 * t4 + (r & 1);
-        grp.l_t[s][t] = s < t ? grp.beta[t] * sum : 0.f;
+        if constexpr (kChains == 4) {
+          sum[n][r] = (acc[n][0][r] + acc[n][1][r]) + (acc[n][2][r] + acc[n][3][r]);
+        } else {
+          static_assert(kChains == 2, "two or four chains");
+          sum[n][r] = acc[n][0][r] + acc[n][1][r];
+        }
       }
+  }
+
+  // f(n, r, t, s) for every element r of the two n8 halves' C fragments: row (token) t, column s.
+  template <class F>
+  __device__ static void each_element(int g, int t4, F f) {
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) f(n, r, g + (r >= 2 ? 8 : 0), 8 * n + 2 * t4 + (r & 1));
+  }
+
+  // P3a (warp 0): L = diag(beta) * strict_lower(k_tilde k_bar^T), both 8-column halves, over the
+  // D channels in eight independent accumulator chains; stored transposed for the inverse.
+  template <class Sink>
+  __device__ void l_matrix(const Sink& sink) {
+    const int lane = ptid & 31, g = lane >> 2, t4 = lane & 3;
+    float sum[2][4];
+    k_bar_products<4>(sink.k_tilde(), sum);
+    each_element(g, t4, [&](int n, int r, int t, int s) { grp.l_t[s][t] = s < t ? grp.beta[t] * sum[n][r] : 0.f; });
   }
 
   // P3b (warps 2, 3; D = 64: warp 1, both halves): the 8-column half `half` of
@@ -444,24 +467,9 @@ struct KdaProducer {
   template <class Sink>
   __device__ void m_matrix_both(const Sink& sink) {
     const int lane = ptid & 31, g = lane >> 2, t4 = lane & 3;
-    float acc[2][2][4] = {};
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      const float4 a4 = *reinterpret_cast<const float4*>(&sink.q_tilde()[g][2 * (8 * j + 2 * t4)]);
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        const float2 b = *reinterpret_cast<const float2*>(&grp.k_bar[8 * n + g][8 * j + 2 * t4]);
-        ptx::mma_tf32(acc[n][j % 2], a4.x, a4.y, a4.z, a4.w, b.x, b.y);
-      }
-    }
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const float sum = acc[n][0][r] + acc[n][1][r];
-        const int t = g + (r >= 2 ? 8 : 0), s = 8 * n + 2 * t4 + (r & 1);
-        sink.m(t, s, s <= t ? sum : 0.f);
-      }
+    float sum[2][4];
+    k_bar_products<2>(sink.q_tilde(), sum);
+    each_element(g, t4, [&](int n, int r, int t, int s) { sink.m(t, s, s <= t ? sum[n][r] : 0.f); });
   }
 
   // P4: lanes 0..15 of warp 0 each solve one column j of X = (I + L)^{-1} (L strictly lower), then

@@ -100,7 +100,6 @@ struct KdaProducer {
   // The preparation pass (no v rows: kVRows 0) computes both halves of M on one warp (m_matrix_both);
   // the fused kernel keeps them on two.
   static constexpr bool kOneWarpM = Tr::kVRows == 0;
-  static constexpr int kBarL = Tr::kBarGroup0 + kGroups;  // (the preparation: warp 2's L^T to warp 0)
   static constexpr int kVVecs = Tr::kLoadV ? (C * Tr::kVRows / 8 + P - 1) / P : 0;
   static constexpr int kVRowVecs = Tr::kLoadV ? Tr::kVRows / 8 : 1;  // 16-byte vectors of one v row
 
@@ -232,19 +231,7 @@ struct KdaProducer {
     // and 3 compute M meanwhile, or warp 2 alone in the preparation pass (warp 1 computes the cross
     // blocks of a pair's second chunk, else has no work here). D = 64: warp 1 computes M.
     const int warp = ptid >> 5;
-    if constexpr (kOneWarpM && kWarps == 4) {
-      // The preparation at D = 128: A and M on warp 2 (each k_bar fragment loaded once for both), the
-      // inverse on warp 0 once L^T is written (named barrier kBarL, the two warps).
-      if (warp == 2) {
-        am_matrices(sink);
-        ptx::bar_sync(kBarL, 64);
-      } else if (warp == 0) {
-        ptx::bar_sync(kBarL, 64);
-        inverse(sink);
-      } else if (warp == 1) {
-        sink.cross(ptid);
-      }
-    } else if (warp == 0) {
+    if (warp == 0) {
       l_matrix(sink);
       __syncwarp();
       inverse(sink);
@@ -406,40 +393,34 @@ struct KdaProducer {
     }
   }
 
-  // Both 8-column halves of tiles[x] k_bar^T over the D channels for each of kN tiles (k_tilde,
-  // q_tilde: token-interleaved; each k_bar fragment loaded once for all of them), in kChains
-  // independent accumulator chains a half; sum[x][n][r] is element r of half n's C fragment (row
-  // g + 8 (r / 2), column 8 n + 2 t4 + r % 2).
-  template <int kChains, int kN, class Tile>
-  __device__ void k_bar_products(const Tile (&tiles)[kN], float (&sum)[kN][2][4]) const {
-    static_assert(kChains == 2 || kChains == 4, "two or four chains");
+  // Both 8-column halves of tile k_bar^T over the D channels (tile: k_tilde or q_tilde,
+  // token-interleaved), in kChains independent accumulator chains a half; sum[n][r] is element r of
+  // half n's C fragment (row g + 8 (r / 2), column 8 n + 2 t4 + r % 2).
+  template <int kChains, class Tile>
+  __device__ void k_bar_products(const Tile& tile, float (&sum)[2][4]) const {
     const int lane = ptid & 31, g = lane >> 2, t4 = lane & 3;
-    float acc[kN][2][kChains][4] = {};
+    float acc[2][kChains][4] = {};
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       // (rows g, g + 8) x (channels 2t, 2t + 1) in one load: exactly the A fragment a0..a3.
-      float4 a4[kN];
-#pragma unroll
-      for (int x = 0; x < kN; ++x) a4[x] = *reinterpret_cast<const float4*>(&tiles[x][g][2 * (8 * j + 2 * t4)]);
+      const float4 a4 = *reinterpret_cast<const float4*>(&tile[g][2 * (8 * j + 2 * t4)]);
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
         const float2 b = *reinterpret_cast<const float2*>(&grp.k_bar[8 * n + g][8 * j + 2 * t4]);
-#pragma unroll
-        for (int x = 0; x < kN; ++x) ptx::mma_tf32(acc[x][n][j % kChains], a4[x].x, a4[x].y, a4[x].z, a4[x].w, b.x, b.y);
+        ptx::mma_tf32(acc[n][j % kChains], a4.x, a4.y, a4.z, a4.w, b.x, b.y);
       }
     }
 #pragma unroll
-    for (int x = 0; x < kN; ++x)
+    for (int n = 0; n < 2; ++n)
 #pragma unroll
-      for (int n = 0; n < 2; ++n)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          if constexpr (kChains == 4) {
-            sum[x][n][r] = (acc[x][n][0][r] + acc[x][n][1][r]) + (acc[x][n][2][r] + acc[x][n][3][r]);
-          } else {
-            sum[x][n][r] = acc[x][n][0][r] + acc[x][n][1][r];
-          }
+      for (int r = 0; r < 4; ++r) {
+        if constexpr (kChains == 4) {
+          sum[n][r] = (acc[n][0][r] + acc[n][1][r]) + (acc[n][2][r] + acc[n][3][r]);
+        } else {
+          static_assert(kChains == 2, "two or four chains");
+          sum[n][r] = acc[n][0][r] + acc[n][1][r];
         }
+      }
   }
 
   // f(n, r, t, s) for every element r of the two n8 halves' C fragments: row (token) t, column s.
@@ -456,10 +437,9 @@ struct KdaProducer {
   template <class Sink>
   __device__ void l_matrix(const Sink& sink) {
     const int lane = ptid & 31, g = lane >> 2, t4 = lane & 3;
-    const decltype(sink.k_tilde()) tiles[1] = {sink.k_tilde()};
-    float sum[1][2][4];
-    k_bar_products<4>(tiles, sum);
-    each_element(g, t4, [&](int n, int r, int t, int s) { grp.l_t[s][t] = s < t ? grp.beta[t] * sum[0][n][r] : 0.f; });
+    float sum[2][4];
+    k_bar_products<4>(sink.k_tilde(), sum);
+    each_element(g, t4, [&](int n, int r, int t, int s) { grp.l_t[s][t] = s < t ? grp.beta[t] * sum[n][r] : 0.f; });
   }
 
   // P3b (warps 2, 3; D = 64: warp 1, both halves): the 8-column half `half` of
@@ -487,24 +467,9 @@ struct KdaProducer {
   template <class Sink>
   __device__ void m_matrix_both(const Sink& sink) {
     const int lane = ptid & 31, g = lane >> 2, t4 = lane & 3;
-    const decltype(sink.q_tilde()) tiles[1] = {sink.q_tilde()};
-    float sum[1][2][4];
-    k_bar_products<2>(tiles, sum);
-    each_element(g, t4, [&](int n, int r, int t, int s) { sink.m(t, s, s <= t ? sum[0][n][r] : 0.f); });
-  }
-
-  // P3 of the preparation at D = 128 on one warp: A (into L^T, as l_matrix) and M (as m_matrix_both)
-  // from one pass over the k_bar fragments.
-  template <class Sink>
-  __device__ void am_matrices(const Sink& sink) {
-    const int lane = ptid & 31, g = lane >> 2, t4 = lane & 3;
-    const decltype(sink.k_tilde()) tiles[2] = {sink.k_tilde(), sink.q_tilde()};
-    float sum[2][2][4];
-    k_bar_products<2>(tiles, sum);
-    each_element(g, t4, [&](int n, int r, int t, int s) {
-      grp.l_t[s][t] = s < t ? grp.beta[t] * sum[0][n][r] : 0.f;
-      sink.m(t, s, s <= t ? sum[1][n][r] : 0.f);
-    });
+    float sum[2][4];
+    k_bar_products<2>(sink.q_tilde(), sum);
+    each_element(g, t4, [&](int n, int r, int t, int s) { sink.m(t, s, s <= t ? sum[n][r] : 0.f); });
   }
 
   // P4: lanes 0..15 of warp 0 each solve one column j of X = (I + L)^{-1} (L strictly lower), then

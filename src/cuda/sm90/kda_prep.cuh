@@ -88,15 +88,17 @@ __device__ __forceinline__ float* neg_t_a_home(typename KdaPrepTraits<kD>::Tiles
   return &(t < 8 ? tl.k_tilde : tl.q_tilde)[t & 7][2 * kD + s];
 }
 
-// Y = A[b][a] (-T_a) of a pair (fp32 [t][s]), in the stash after A[b][a]: both written by warp 1 in
-// chunk b's P3, when a's k_dec has been read.
-// A[b][a] itself is kept at a row pitch of kPitchABa floats: the product below reads one column of it
-// across 16 rows (lane / 2), which a pitch of 16 would put in 2 banks (8-way conflicts), 18 in 16.
+// A[b][a] of a pair (fp32 [t][s]) at the start of the stash, at a row pitch of kPitchABa floats: the
+// Y product reads one column of it across 16 rows (lane / 2), which a pitch of 16 would put in 2
+// banks (8-way conflicts), 18 in 16.
 constexpr int kPitchABa = kChunkTokens + 2;
 template <class Stash>
 __device__ __forceinline__ float (*pair_a_ba(Stash& stash))[kPitchABa] {
   return reinterpret_cast<float(*)[kPitchABa]>(&stash);
 }
+
+// Y = A[b][a] (-T_a) of a pair (fp32 [t][s]), in the stash after A[b][a]: both written by warp 1 in
+// chunk b's P3, when a's k_dec has been read.
 template <class Stash>
 __device__ __forceinline__ float (*pair_y(Stash& stash))[kChunkTokens] {
   static_assert(sizeof(Stash) >= (kPitchABa + kChunkTokens) * kChunkTokens * sizeof(float), "A[b][a] and Y fit the stash");

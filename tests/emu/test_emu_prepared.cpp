@@ -135,6 +135,7 @@ struct EmuCase {
   int walk_tokens;
   int sm_count;
   bool collinear = false;  // keys = one shared direction + 0.3 noise: A and T far from diagonal
+  bool reflect = false;    // keys = one direction + 1 % noise, beta ~ 2: a chain of reflections
   int chain_rows = 0, chain_bufs = 0;  // > 0: the chain's variant, forced
 };
 
@@ -150,6 +151,18 @@ void make_keys_collinear(Problem& pb, std::mt19937_64& rng) {
     const size_t hk = i % size_t(H * K);
     pb.k[i] = float_to_bf16(base[hk] + 0.3f * bf16_to_float(pb.k[i]));
   }
+}
+
+// docs/kernel.md's reflection stress ("Numerical choices"), as the GPU check builds it: every key
+// its head's direction plus 1 % noise, beta logits + 6 (with allow_neg_eigval, beta ~ 2: each token
+// nearly reflects the state along the key).
+void make_reflections(Problem& pb, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t H = pb.cfg.heads, K = pb.K;
+  std::vector<float> dir(size_t(H * K));
+  for (float& x : dir) x = normal(rng);
+  for (size_t i = 0; i < pb.k.size(); ++i) pb.k[i] = float_to_bf16(dir[i % size_t(H * K)] + 0.01f * normal(rng));
+  for (uint16_t& b : pb.beta) b = float_to_bf16(bf16_to_float(b) + 6.0f);
 }
 
 std::ostream& operator<<(std::ostream& os, const EmuCase& c) { return os << c.name; }
@@ -188,6 +201,14 @@ std::vector<EmuCase> emu_cases() {
     weak.g_offset = -4.0f;  // weak decay: long memory of the collinear keys
     cases.push_back({"split" + w + "_L4_collinear_keys", weak, FwdPlan::kSplit, 4, walk, 132, true});
     cases.push_back({"prepared" + w + "_collinear_keys", weak, FwdPlan::kPrepared, 0, walk, 132, true});
+    Config reflect;  // the GPU check's "stress neg eigval collinear keys"
+    reflect.seq_lens = {700, 90};
+    reflect.heads = 2;
+    reflect.g_offset = -7.0f;
+    reflect.allow_neg_eigval = true;
+    EmuCase rc{"split" + w + "_L8_reflections", reflect, FwdPlan::kSplit, 8, walk, 132};
+    rc.reflect = true;
+    cases.push_back(rc);
   }
   // Only 16-token steps: the softplus gate, K = V = 64.
   Config softplus;
@@ -196,6 +217,9 @@ std::vector<EmuCase> emu_cases() {
   softplus.heads_v = 2;
   softplus.gate = GateForm::kSoftplus;
   cases.push_back({"split16_L2_softplus_gva", softplus, FwdPlan::kSplit, 2, 16, 132});
+  Config softplus_neg = softplus;  // (its inverse writes -T exact for the two-term solve)
+  softplus_neg.allow_neg_eigval = true;
+  cases.push_back({"split16_L2_softplus_neg_eigval", softplus_neg, FwdPlan::kSplit, 2, 16, 132});
   Config d64;
   d64.seq_lens = {200, 0, 77};
   d64.head_dim_k = d64.head_dim_v = 64;
@@ -217,6 +241,14 @@ std::vector<EmuCase> emu_cases() {
   cases.push_back({"fused_varlen", fused, FwdPlan::kFused, 0, 0, 132});
   cases.push_back({"fused_softplus_gva", softplus, FwdPlan::kFused, 0, 0, 132});
   cases.push_back({"fused_d64", d64, FwdPlan::kFused, 0, 0, 132});
+  Config reflect;  // (the fused kernel's stage holds -T in two terms too)
+  reflect.seq_lens = {700, 90};
+  reflect.heads = 2;
+  reflect.g_offset = -7.0f;
+  reflect.allow_neg_eigval = true;
+  EmuCase fused_reflect{"fused_reflections", reflect, FwdPlan::kFused, 0, 0, 132};
+  fused_reflect.reflect = true;
+  cases.push_back(fused_reflect);
   // (8 sequences x 1 head fill 8 SMs; more than 32 chunks in all; one sequence longer than 4x the
   // balanced load per SM makes the split plan run)
   Config decides = varlen;
@@ -328,6 +360,7 @@ TEST_P(EmulatedPrepared, MatchesTheFloat64Reference) {
   const EmuCase& c = GetParam();
   Problem pb(c.cfg, rng_);
   if (c.collinear) make_keys_collinear(pb, rng_);
+  if (c.reflect) make_reflections(pb, rng_);
   const Result ref = run(pb, Backend::kCpuReference);
   ASSERT_TRUE(ref.status.ok()) << ref.status.message;
   Result r = poisoned_result(pb);
@@ -348,10 +381,12 @@ TEST_P(EmulatedPrepared, MatchesTheFloat64Reference) {
     e_state = rel_error(st, st_ref);
   }
   std::printf("  %-32s out %.2e  state %.2e\n", c.name.c_str(), e_out, e_state);
-  EXPECT_LE(e_out, 2e-3);
+  // (reflections: docs/spec.md's stress limit, held with -T in two terms -- docs/kernel.md, "Numerical
+  // choices"; with one tf32 term the walks measured 1.2-2.1e-2)
+  EXPECT_LE(e_out, c.reflect ? 1e-2 : 2e-3);
   // (collinear keys with weak decay: a stress case; the float64 reference itself is fine, the fp32
   // state measures ~8e-4 on every plan and step, a missing cross block of a 32-token step 4e-2)
-  EXPECT_LE(e_state, c.cfg.state_dtype == DType::kBF16 ? 5e-3 : c.collinear ? 2e-3 : 1e-3);
+  EXPECT_LE(e_state, c.reflect ? 1e-2 : c.cfg.state_dtype == DType::kBF16 ? 5e-3 : c.collinear ? 2e-3 : 1e-3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Emulation, EmulatedPrepared, ::testing::ValuesIn(emu_cases()),

@@ -419,12 +419,10 @@ __global__ void count_nonfinite_bf16(const __nv_bfloat16* x, int64_t n, int* cou
 // these; a check this tight catches a regression long before the contract does.
 constexpr double kTolOut = 2.5e-3, kTolStateF32 = 1.5e-3, kTolStateBF16 = 3e-3;
 constexpr double kTolDecodeOut = 5e-4, kTolDecodeStateF32 = 1e-5, kTolDecodeStateBF16 = 2e-4;
-constexpr double kTolStress = 1e-2;  // docs/spec.md: nearly collinear keys
-// Nearly collinear keys with beta ~ 2 and almost no decay: every token reflects the state's
-// component along the key (S'k = 2v - Sk), so the tf32 rounding of each chunk's products is carried
-// on, not erased as with beta ~ 1, and grows like the square root of the tokens. Measured on the
-// H200 on every plan, the fused one included: 1.15e-2 (docs/kernel.md, "Numerical choices").
-constexpr double kTolStressReflect = 2e-2;
+// docs/spec.md: nearly collinear keys (with allow_neg_eigval too: beta ~ 2 reflects the state's
+// component along the key, and -T is then solved in two terms, docs/kernel.md "Numerical choices";
+// the kernel emulation measures up to 7.1e-3 there on every plan).
+constexpr double kTolStress = 1e-2;
 // A relative L2 error over few values varies from draw to draw: "T=1 B=3 H=2 no state" (768
 // outputs, each its bf16 rounding plus one tf32 product) measured 1.0e-3 to 2.7e-3 on the same build.
 // Below kFewOutputs values the forward's out is held to docs/spec.md's limit instead.

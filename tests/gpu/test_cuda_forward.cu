@@ -109,9 +109,8 @@ TEST(CudaForward, EdgeCases) {
     const Host h = make_inputs(c);
     const Result ref = run_backend(c, h, Backend::kCpuReference, nullptr);
     const size_t outputs = size_t(h.B * h.T * h.HV) * h.dim;
-    const double tol_stress = c.neg_eigval ? kTolStressReflect : kTolStress;
-    const double tol_out = c.collinear ? tol_stress : outputs < kFewOutputs ? kTolOutFew : kTolOut;
-    const double tol_state = c.collinear                               ? tol_stress
+    const double tol_out = c.collinear ? kTolStress : outputs < kFewOutputs ? kTolOutFew : kTolOut;
+    const double tol_state = c.collinear                               ? kTolStress
                              : (c.state == DType::kF32 || c.final_f32) ? kTolStateF32
                                                                        : kTolStateBF16;
     for (const PlanChoice& plan : g_plans) {

@@ -19,6 +19,7 @@
 namespace flash_kda::cuda::ptx {
 
 __device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(__float_as_uint(x) + 0x1000u); }
+__device__ __forceinline__ float tf32_rest(float x) { return x - __uint_as_float(__float_as_uint(x) & 0xffffe000u); }
 inline void mma_tf32(float (&d)[4], float a0, float a1, float a2, float a3, float b0, float b1) {
   emu::mma_tf32(d, a0, a1, a2, a3, b0, b1);
 }
@@ -62,6 +63,8 @@ namespace flash_kda::cuda::ptx {
 // bits of a tf32 operand and ignore the low 13: adding half a tf32 ulp (bit 12) to the magnitude
 // bits and letting the MMA truncate is one integer add instead of a conversion instruction.
 __device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(__float_as_uint(x) + 0x1000u); }
+// What an MMA does not read of x: x minus its tf32 truncation (exact in fp32), for a second term.
+__device__ __forceinline__ float tf32_rest(float x) { return x - __uint_as_float(__float_as_uint(x) & 0xffffe000u); }
 
 // D = A(16x8, row) * B(8x8, col) + D with tf32 operands and fp32 accumulation.
 // Fragments (g = lane / 4, t = lane % 4):

@@ -166,6 +166,52 @@ struct PackedStageView {
   }
 };
 
+// Step 2's product U^T = xk (-T)^T over NT n8 token tiles (tf32 MMAs; tile (n, kk) of -T is zero
+// for kk > n and skipped); b_of(n, kk) loads this lane's B fragment of tile (n, kk).
+//
+// kSplit (exact_neg_t: allow_neg_eigval): -T is stored exactly in fp32 and enters in two terms, its
+// tf32 truncation (the MMA reads the top 19 bits) and the rest (exact in fp32, its own accumulators),
+// so that -T carries ~2^-21 of relative error instead of tf32's 2^-11. With beta up to 2 and nearly
+// collinear keys, -T's entries are ~2 in magnitude and alternate in sign while U is ~X: the one-term
+// product loses ~T / U of tf32's precision, and that rounding is what the reflections carry on
+// (docs/kernel.md, "Numerical choices"; the kernel emulation measured it, docs/perf_log.md session 14).
+template <int NT, bool kSplit, class LoadB>
+__device__ __forceinline__ void solve_terms(const float (&xk)[NT][4], float (&u)[NT][4], LoadB b_of) {
+  float rest[kSplit ? NT : 1][4];
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      u[n][r] = 0.f;
+      if constexpr (kSplit) rest[n][r] = 0.f;
+    }
+#pragma unroll
+  for (int kk = 0; kk < NT; ++kk) {
+    const float a0 = ptx::round_tf32(xk[kk][0]), a1 = ptx::round_tf32(xk[kk][2]);
+    const float a2 = ptx::round_tf32(xk[kk][1]), a3 = ptx::round_tf32(xk[kk][3]);
+#pragma unroll
+    for (int n = kk; n < NT; ++n) {
+      const float2 b = b_of(n, kk);
+      ptx::mma_tf32(u[n], a0, a1, a2, a3, b.x, b.y);
+      if constexpr (kSplit) ptx::mma_tf32(rest[n], a0, a1, a2, a3, ptx::tf32_rest(b.x), ptx::tf32_rest(b.y));
+    }
+  }
+  if constexpr (kSplit) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) u[n][r] += rest[n][r];
+  }
+}
+template <int NT, class LoadB>
+__device__ __forceinline__ void solve_u_t(bool split, const float (&xk)[NT][4], float (&u)[NT][4], LoadB b_of) {
+  if (split) {
+    solve_terms<NT, true>(xk, u, b_of);
+  } else {
+    solve_terms<NT, false>(xk, u, b_of);
+  }
+}
+
 // The arithmetic of one chunk on one warp's 16 rows (steps 1-4 above), from a stage as the view
 // reads it; nothing but the lane's coordinates, whether v enters, and the output scale.
 template <class Tr, class View>
@@ -178,6 +224,7 @@ struct ChunkMath {
   int cwarp, lane, g, t4;
   bool has_v;
   float scale;
+  bool split_t;  // -T is stored exactly and solved in two terms (allow_neg_eigval; solve_u_t)
 
   // The whole chunk with tf32 products (the fused kernel's only path; the prepared plans' fallback).
   template <bool kOut>
@@ -203,20 +250,9 @@ struct ChunkMath {
     m.finish<kOut, false, false>(st, S, xq, u);
   }
 
-  // step 2: U^T = xk (-T)^T (tf32 MMAs)
+  // step 2: U^T = xk (-T)^T (tf32 MMAs; split_t: -T in two terms, solve_u_t's)
   __device__ void solve_u(const Stage& st, const float (&xk)[2][4], float (&u)[2][4]) const {
-#pragma unroll
-    for (int n = 0; n < 2; ++n) u[n][0] = u[n][1] = u[n][2] = u[n][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      const float a0 = ptx::round_tf32(xk[kk][0]), a1 = ptx::round_tf32(xk[kk][2]);
-      const float a2 = ptx::round_tf32(xk[kk][1]), a3 = ptx::round_tf32(xk[kk][3]);
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        const float2 b = View::neg_t(st, 8 * n + g, 8 * kk + 2 * t4);
-        ptx::mma_tf32(u[n], a0, a1, a2, a3, b.x, b.y);
-      }
-    }
+    solve_u_t<2>(split_t, xk, u, [&](int n, int kk) { return View::neg_t(st, 8 * n + g, 8 * kk + 2 * t4); });
   }
 
   // Whether every |U| of the warp fits fp16 (fmaxf skips NaN: a NaN u passes and propagates).
@@ -411,6 +447,7 @@ struct PairMath {
   int cwarp, lane, g, t4;
   bool has_v;
   float scale;
+  bool split_t;  // -T is stored exactly and solved in two terms (allow_neg_eigval; solve_u_t)
 
   // the 16 x 16 block (token tiles n, kk of the step; kk <= n) of -T or M: a slot's own block, or
   // the cross block [b][a] (in slot a for -T, in slot b for M)
@@ -438,20 +475,11 @@ struct PairMath {
     m.finish<kOut, false, false>(st, S, xq, u);
   }
 
-  // step 2: U^T = xk (-T)^T over the 32 tokens (tf32; blocks above the diagonal are zero)
+  // step 2: U^T = xk (-T)^T over the 32 tokens (as ChunkMath's; blocks above the diagonal are zero)
   __device__ void solve_u(const Stage& st, const float (&xk)[NT][4], float (&u)[NT][4]) const {
-#pragma unroll
-    for (int n = 0; n < NT; ++n) u[n][0] = u[n][1] = u[n][2] = u[n][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < NT; ++kk) {
-      const float a0 = ptx::round_tf32(xk[kk][0]), a1 = ptx::round_tf32(xk[kk][2]);
-      const float a2 = ptx::round_tf32(xk[kk][1]), a3 = ptx::round_tf32(xk[kk][3]);
-#pragma unroll
-      for (int n = kk; n < NT; ++n) {
-        const float2 b = View::square(st, block(Prepared::kNegT, n, kk, true), 8 * (n % 2) + g, 8 * (kk % 2) + 2 * t4);
-        ptx::mma_tf32(u[n], a0, a1, a2, a3, b.x, b.y);
-      }
-    }
+    solve_u_t<NT>(split_t, xk, u, [&](int n, int kk) {
+      return View::square(st, block(Prepared::kNegT, n, kk, true), 8 * (n % 2) + g, 8 * (kk % 2) + 2 * t4);
+    });
   }
 
   __device__ static bool fits_f16(const float (&u)[NT][4]) {
@@ -570,7 +598,7 @@ struct PairMath {
   // S <- S Diag(gamma_a gamma_b): slot a's gamma is the pair's decay, where ChunkMath reads a
   // chunk's
   __device__ void decay(const Stage& st, float (&S)[kTiles][4]) const {
-    ChunkMath<Tr, View>{cwarp, lane, g, t4, has_v, scale}.decay(st, S);
+    ChunkMath<Tr, View>{cwarp, lane, g, t4, has_v, scale, split_t}.decay(st, S);
   }
 
   __device__ void update_tf32(const Stage& st, float (&S)[kTiles][4], const float (&ua)[NT][4]) const {
@@ -627,7 +655,7 @@ struct KdaConsumer {
         lane(ln),
         g(ln >> 2),
         t4(ln & 3),
-        m{warp, ln, ln >> 2, ln & 3, rows.has_v, args.scale} {}
+        m{warp, ln, ln >> 2, ln & 3, rows.has_v, args.scale, exact_neg_t(args)} {}
 
   __device__ void load_state(float (&S)[kTiles][4]) const {
     if (io.init == nullptr) {

@@ -65,6 +65,11 @@ struct KdaFwdArgs {
   bool checkpoint_start_i64, checkpoint_fp32;
 };
 
+// Whether -T is stored exactly in fp32 (not rounded to tf32) and solved in two terms (the consumer's
+// solve_terms): with allow_neg_eigval (beta up to 2), where tf32's rounding of -T would be carried on
+// by the reflections (docs/kernel.md, "Numerical choices").
+__host__ __device__ inline bool exact_neg_t(const KdaFwdArgs& a) { return a.beta_scale > 1.f; }
+
 // Tokens per chunk: |lower_bound| * 16 * log2(e) <= 115.4 < 126 (docs/kernel.md, numerics).
 constexpr int kChunkTokens = 16;
 
@@ -94,7 +99,7 @@ struct KdaDims {
 // decays <= 1), fp16 keeps tf32's 10-bit mantissa, and what underflows below 2^-24 is an absolute
 // error under 6e-8 on a unit-norm vector. q_hat is stored without `scale` (any finite scale then
 // fits); the consumers multiply it in. The 16 x 16 matrices and gamma stay fp32 (tf32-rounded like
-// the fused kernel's stage).
+// the fused kernel's stage; -T exact where exact_neg_t).
 //
 // The tiles are laid out in the order the consumers' fp16 MMA fragments (m16n8k16) take them:
 // lane l = 4 g + t of a warp reads 16-byte unit 32 i + l for step i, so a warp's fragment load is

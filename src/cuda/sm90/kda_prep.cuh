@@ -21,6 +21,7 @@ struct WorkspaceSink {
   typename KdaPrepTraits<kD>::Tiles& tl;
   unsigned char* dst;  // this chunk's KdaPrepared
   float inv_scale;     // q_hat is stored without the output scale
+  bool exact_t;        // -T unrounded (exact_neg_t)
 
   __device__ const float (*k_tilde() const)[kPitchKI] { return tl.k_tilde; }
   __device__ const float (*q_tilde() const)[kPitchKI] { return tl.q_tilde; }
@@ -64,7 +65,7 @@ struct WorkspaceSink {
     reinterpret_cast<float*>(dst + Prepared::kM)[Prepared::square_word(t, s)] = ptx::round_tf32(x);
   }
   __device__ void neg_t(int t, int s, float x) const {
-    reinterpret_cast<float*>(dst + Prepared::kNegT)[Prepared::square_word(t, s)] = ptx::round_tf32(x);
+    reinterpret_cast<float*>(dst + Prepared::kNegT)[Prepared::square_word(t, s)] = exact_t ? x : ptx::round_tf32(x);
   }
   __device__ void cross(int) const {}  // (the producer's warp 1 in P3: only pairs have work there)
 };
@@ -146,18 +147,19 @@ struct PairSink {
     float kd[C];
 #pragma unroll
     for (int t = 0; t < C; ++t) kd[t] = __half2float(stash.k_dec[t][c]) * g;
-    WorkspaceSink<kD> a_sink{ws.tl, slot_a, ws.inv_scale};
+    WorkspaceSink<kD> a_sink{ws.tl, slot_a, ws.inv_scale, ws.exact_t};
     a_sink.k_dec(c, kd);
     a_sink.gamma(c, gamma_a * g);
   }
   __device__ void neg_v(int, const float (&)[C]) const {}
   __device__ void m(int t, int s, float x) const { ws.m(t, s, x); }
-  // -T also stays in shared memory for pair_epilogue(), as rounded for the workspace: chunk a's in
-  // the row padding of the tiles (which chunk b's tiles() does not write), chunk b's over L^T (the
-  // inverse has read all of it: inverse() synchronises its lanes before the stores).
+  // -T also stays in shared memory for pair_epilogue(), in fp32 (the epilogue's FMAs read it whole:
+  // round_tf32's value is meant for an MMA, which drops the low bits it biases): chunk a's in the row
+  // padding of the tiles (which chunk b's tiles() does not write), chunk b's over L^T (the inverse
+  // has read all of it: inverse() synchronises its lanes before the stores).
   __device__ void neg_t(int t, int s, float x) const {
     ws.neg_t(t, s, x);
-    *(second ? &l_t[t][s] : neg_t_a_home<kD>(ws.tl, t, s)) = ptx::round_tf32(x);
+    *(second ? &l_t[t][s] : neg_t_a_home<kD>(ws.tl, t, s)) = x;
   }
 
   // Warp 1 in chunk b's P3 (lane = ptid % 32): M[b][a] into slot b's cross block, A[b][a] (fp32,
@@ -236,7 +238,8 @@ __device__ __forceinline__ unsigned char* prepared_chunk(const PlanArgs& p, int 
 // here (-T_b) Y (thread: row t = ptid / 8, columns 2 (ptid % 8), +1), -T_b over L^T
 // (PairSink::neg_t), all in shared memory.
 template <int kD>
-__device__ __forceinline__ void pair_epilogue(typename KdaPrepTraits<kD>::Smem& sm, unsigned char* slot_a, int ptid) {
+__device__ __forceinline__ void pair_epilogue(typename KdaPrepTraits<kD>::Smem& sm, unsigned char* slot_a, int ptid,
+                                              bool exact_t) {
   using Prepared = KdaPrepared<kD>;
   constexpr int C = kChunkTokens;
   const int t = ptid >> 3, s = 2 * (ptid & 7);
@@ -252,7 +255,7 @@ __device__ __forceinline__ void pair_epilogue(typename KdaPrepTraits<kD>::Smem& 
     r.y = fmaf(nt.x, y0.y, fmaf(nt.y, y1.y, r.y));
   }
   *reinterpret_cast<float2*>(slot_a + Prepared::kCross + 4 * Prepared::square_word(t, s)) =
-      make_float2(ptx::round_tf32(r.x), ptx::round_tf32(r.y));
+      exact_t ? r : make_float2(ptx::round_tf32(r.x), ptx::round_tf32(r.y));
 }
 
 // kD: the head dimension; kSoftplus: the softplus gate's producer (docs/spec.md, "Gate forms");
@@ -276,6 +279,7 @@ __global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>
   if constexpr (kPair) nchunks = (nchunks + 1) & ~1;
   const int c0 = int(block) * p.prep_chunks, c1 = min(c0 + p.prep_chunks, nchunks);
   const float inv_scale = a.scale != 0.f ? 1.f / a.scale : 0.f;
+  const bool exact_t = exact_neg_t(a);
   KdaProducer<Tr, kSoftplus> producer(a, w, sm.group, 0, threadIdx.x);
   if constexpr (kPair) {
     static_assert(!kSoftplus, "32-token steps are built for the sigmoid gate");
@@ -283,7 +287,8 @@ __global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>
     producer.run_chunks(
         c0, 1, c1,
         [&](int i) {
-          return PairSink<kD>{WorkspaceSink<kD>{sm.tiles, prepared_chunk<kD, true>(p, a.heads_v, n, hv, i), inv_scale},
+          return PairSink<kD>{WorkspaceSink<kD>{sm.tiles, prepared_chunk<kD, true>(p, a.heads_v, n, hv, i), inv_scale,
+                                                exact_t},
                               prepared_chunk<kD, true>(p, a.heads_v, n, hv, i & ~1),
                               sm.stash,
                               sm.group.l_t,
@@ -294,13 +299,13 @@ __global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>
         [](int) {},
         [&](int i) {
           if (i & 1)
-            pair_epilogue<kD>(sm, prepared_chunk<kD, true>(p, a.heads_v, n, hv, i - 1), threadIdx.x);
+            pair_epilogue<kD>(sm, prepared_chunk<kD, true>(p, a.heads_v, n, hv, i - 1), threadIdx.x, exact_t);
         });
   } else {
     unsigned char* base = prepared_chunk<kD>(p, a.heads_v, n, hv, 0);
     const int64_t stride = int64_t(a.heads_v) * KdaPrepared<kD>::kBytes;
     producer.run_chunks(
-        c0, 1, c1, [&](int i) { return WorkspaceSink<kD>{sm.tiles, base + i * stride, inv_scale}; }, [](int) {},
+        c0, 1, c1, [&](int i) { return WorkspaceSink<kD>{sm.tiles, base + i * stride, inv_scale, exact_t}; }, [](int) {},
         [](int) {});
   }
 }

@@ -118,7 +118,6 @@ struct PairSink {
   typename Tr::PairStash& stash;
   float (*l_t)[C];               // the group's L^T tile
   float& gamma_a;                // this thread's channel: a's decay, carried from a to b
-  uint32_t (&k_dec_a)[C / 2];    // this thread's channel: a's k_dec (fp16, tokens 2w, 2w + 1), carried to b
   float scale;
   bool second;
 
@@ -132,17 +131,10 @@ struct PairSink {
     const float ks[2] = {k[0] * gamma_a, k[1] * gamma_a}, qs[2] = {q[0] * gamma_a, q[1] * gamma_a};
     ws.store_kq(t, c, ks, qs);
   }
-  // Chunk a: its k_dec (relative to a's end) in fp16 into the stash, for warp 1's cross blocks, and
-  // into this thread's registers, from which chunk b's gamma() rescales it (no shared-memory reads).
   __device__ void k_dec(int c, const float (&kd)[C]) const {
     if (second) return ws.k_dec(c, kd);
 #pragma unroll
-    for (int w = 0; w < C / 2; ++w) {
-      const __half2 h = __floats2half2_rn(kd[2 * w], kd[2 * w + 1]);
-      k_dec_a[w] = *reinterpret_cast<const uint32_t*>(&h);
-      stash.k_dec[2 * w][c] = __low2half(h);
-      stash.k_dec[2 * w + 1][c] = __high2half(h);
-    }
+    for (int t = 0; t < C; ++t) stash.k_dec[t][c] = __float2half_rn(kd[t]);
   }
   __device__ void gamma(int c, float g) const {
     if (!second) {
@@ -150,13 +142,11 @@ struct PairSink {
       return;
     }
     ws.gamma(c, g);
-    // a's k_dec relative to the pair's end, and the pair's decay
+    // a's k_dec relative to the pair's end, and the pair's decay (this thread wrote column c of the
+    // stash itself in a's tiles())
     float kd[C];
 #pragma unroll
-    for (int w = 0; w < C / 2; ++w) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&k_dec_a[w]));
-      kd[2 * w] = f.x * g, kd[2 * w + 1] = f.y * g;
-    }
+    for (int t = 0; t < C; ++t) kd[t] = __half2float(stash.k_dec[t][c]) * g;
     WorkspaceSink<kD> a_sink{ws.tl, slot_a, ws.inv_scale, ws.exact_t};
     a_sink.k_dec(c, kd);
     a_sink.gamma(c, gamma_a * g);
@@ -293,8 +283,7 @@ __global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>
   KdaProducer<Tr, kSoftplus> producer(a, w, sm.group, 0, threadIdx.x);
   if constexpr (kPair) {
     static_assert(!kSoftplus, "32-token steps are built for the sigmoid gate");
-    float gamma_a = 1.f;     // this thread's channel: chunk a's decay and k_dec, carried to chunk b
-    uint32_t k_dec_a[kChunkTokens / 2] = {};
+    float gamma_a = 1.f;  // this thread's channel: chunk a's decay, carried to chunk b
     producer.run_chunks(
         c0, 1, c1,
         [&](int i) {
@@ -304,7 +293,6 @@ __global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>
                               sm.stash,
                               sm.group.l_t,
                               gamma_a,
-                              k_dec_a,
                               a.scale,
                               (i & 1) != 0};
         },

@@ -1,13 +1,14 @@
 // The C++ benchmark of the CUDA backend, with no Python needed (runs from the build folder):
 //
-//   kda_bench prefill [--reps N] [--json FILE] [--ckpt I] [--plans a,b,...] [case ...]
+//   kda_bench prefill [--reps N] [--json FILE] [--ckpt I] [--neg-eigval] [--plans a,b,...] [case ...]
 //        the benchmark's prefill cases (python/flash_kda/bench/cases.json, every group, through the
 //        generated bench_cases.h; then the K = V = 64 cases fixed96_d64, fixed16_d64, fixed16_d64_sp
 //        of tests/gpu/cuda_common.cuh): median time of the forward, the copy floor (a device copy of
 //        the same bytes) timed alternately in the same run; each case under every plan of --plans
 //        (default auto; names as in the GPU tests: auto, fused, prepared, split, split:L,
 //        prepared16/32, split16/32[:L]); --ckpt I: with prefix-cache checkpoints every I tokens (the
-//        cost of them)
+//        cost of them); --neg-eigval: with allow_neg_eigval (beta = 2 sigmoid; -T solved in two terms,
+//        docs/kernel.md "Numerical choices")
 //   kda_bench decode [--reps N] [--json FILE] [case ...]
 //        the benchmark's decode256_32 and B = 1..256, T = 1, 4, fp32/bf16 pools, H = 32, then
 //        K = V = 64 rows (decode256_32_d64, ...): per-call median over rotated pools and inputs, each
@@ -33,6 +34,8 @@ float median(std::vector<float> x) {
 // --ckpt I (prefill): every case also writes prefix-cache checkpoints every I tokens (starts 0, an
 // fp32 pool of one slot a boundary), to compare with the same run without.
 int64_t g_bench_ckpt = 0;
+// --neg-eigval (prefill): every case with allow_neg_eigval.
+bool g_bench_neg_eigval = false;
 
 int run_bench(int reps, const char* json_path, const std::vector<std::string>& only) {
   const std::vector<BenchCase>& cases = bench_cases();
@@ -49,6 +52,7 @@ int run_bench(int reps, const char* json_path, const std::vector<std::string>& o
     const int64_t D = d.dim;
     FwdParams p = device_params(d);
     if (bc.softplus) p.gate = GateForm::kSoftplus;
+    p.allow_neg_eigval = g_bench_neg_eigval;
     const int64_t tok = d.tok;
     void* ck_pool = nullptr;
     int32_t* ck_idx = nullptr;
@@ -99,18 +103,19 @@ int run_bench(int reps, const char* json_path, const std::vector<std::string>& o
       }
       const float mo = median(t_ours), mc = median(t_copy);
       std::sort(t_ours.begin(), t_ours.end());
-      std::printf("%-12s %-10s %10.3f %10.3f %8.2f%s\n", bc.id, plan.name.c_str(), mo, mc, mo / mc,
-                  g_bench_ckpt > 0 ? "  (checkpoints)" : "");
+      std::printf("%-12s %-10s %10.3f %10.3f %8.2f%s%s\n", bc.id, plan.name.c_str(), mo, mc, mo / mc,
+                  g_bench_ckpt > 0 ? "  (checkpoints)" : "", g_bench_neg_eigval ? "  (neg eigval)" : "");
       std::fflush(stdout);
       if (js) {
         std::fprintf(
             js,
-            "%s  {\"case\": \"%s\", \"plan\": \"%s\", \"checkpoint_interval\": %lld, \"H\": %d, \"D\": %d, "
-            "\"tokens\": %lld, "
+            "%s  {\"case\": \"%s\", \"plan\": \"%s\", \"checkpoint_interval\": %lld, \"allow_neg_eigval\": %s, "
+            "\"H\": %d, \"D\": %d, \"tokens\": %lld, "
             "\"bytes\": %.0f, "
             "\"ours_ms_median\": %.5f, \"ours_ms_p10\": %.5f, \"ours_ms_p90\": %.5f, \"copy_ms_median\": %.5f, "
             "\"floor_ratio\": %.4f, \"reps\": %d}",
-            first ? "" : ",\n", bc.id, plan.name.c_str(), static_cast<long long>(g_bench_ckpt), bc.H, bc.dim,
+            first ? "" : ",\n", bc.id, plan.name.c_str(), static_cast<long long>(g_bench_ckpt),
+            g_bench_neg_eigval ? "true" : "false", bc.H, bc.dim,
             static_cast<long long>(tok), bytes, mo, t_ours[t_ours.size() / 10], t_ours[t_ours.size() * 9 / 10], mc,
             mo / mc, reps);
         first = false;
@@ -328,7 +333,7 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode != "prefill" && mode != "decode") {
     std::fprintf(stderr,
-                 "usage: %s prefill [--reps N] [--json FILE] [--ckpt I] [--plans a,b,...] [case ...]\n"
+                 "usage: %s prefill [--reps N] [--json FILE] [--ckpt I] [--neg-eigval] [--plans a,b,...] [case ...]\n"
                  "       %s decode [--reps N] [--json FILE] [case ...]\n",
                  argv[0], argv[0]);
     return 2;
@@ -343,6 +348,8 @@ int main(int argc, char** argv) {
       json = argv[++i];
     } else if (!std::strcmp(argv[i], "--ckpt") && i + 1 < argc) {
       g_bench_ckpt = std::atoll(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--neg-eigval")) {
+      g_bench_neg_eigval = true;
     } else if (!std::strcmp(argv[i], "--plans") && i + 1 < argc) {
       g_plans = parse_plan_list(argv[++i]);
     } else {

@@ -147,11 +147,14 @@ inline HostPlan make_plan(const FwdParams& p, int sm_count) {
     h.device_decides = false;
     return h;
   }
-  // With checkpoints a sequence's grid is shifted by up to 15 tokens, or 31 with 32-token steps
-  // (ceil((len + shift) / 16) chunks): at most one or two more chunks each. (31 wherever pairs may
-  // be chosen below: a bound either way.)
+  // With checkpoints a sequence's grid is shifted by checkpoint_start mod 16, or mod 32 with 32-token
+  // steps (ceil((len + shift) / 16) chunks): at most one or two more chunks each. (31 wherever pairs
+  // may be chosen below: a bound either way.) The starts are device data, so the plan takes the
+  // bound; without checkpoint_start every start is 0 and no grid is shifted: the plan is the one
+  // without checkpoints (the bound lengthened fixed12's segments from 82 to 84 chunks).
+  const bool shifted = checkpoints && p.checkpoint_start != nullptr;
   const bool pairs_possible = pair_steps_supported(p) && p.walk_tokens != 16;
-  const int64_t slack = checkpoints ? (pairs_possible ? 2 * kChunk - 1 : kChunk - 1) : 0;
+  const int64_t slack = shifted ? (pairs_possible ? 2 * kChunk - 1 : kChunk - 1) : 0;
   const int64_t longest = ceil_div(p.seqlen + slack, kChunk);  // no sequence has more chunks
   // Segment 0 on two CTAs of half the rows each (PlanArgs::seg0_split) where pass 1 then still fits
   // one CTA an SM: a fixed batch split by the plan, at least two consumer warps a CTA. Tried first;
@@ -168,10 +171,10 @@ inline HostPlan make_plan(const FwdParams& p, int sm_count) {
         p.cu_seqlens == nullptr && sm90::first_segment_chunks(h.seg_chunks, seg0_split) + h.seg_chunks < longest;
     h.pair = (p.walk_tokens == 32 || (p.walk_tokens == 0 && pairs_pay)) && pair_steps_supported(p);
     // Sum of ceil((len + shift) / 16) over the sequences, each at most floor(len / 16) + 1 (+ 2
-    // with a shift of up to 15, + 3 with up to 31): T / 16 + N packed (T / 16 + 2N with
-    // checkpoints), B * ceil((T + slack) / 16) fixed. Pairs round every count up to even: one more
-    // chunk each (T / 16 + 4N with checkpoints).
-    const int64_t per_seq = checkpoints && h.pair ? 4 : checkpoints || h.pair ? 2 : 1;
+    // with a shift of up to 15, + 3 with up to 31): T / 16 + N packed (T / 16 + 2N with shifted
+    // grids), B * ceil((T + slack) / 16) fixed. Pairs round every count up to even: one more chunk
+    // each (T / 16 + 4N with shifted grids).
+    const int64_t per_seq = shifted && h.pair ? 4 : shifted || h.pair ? 2 : 1;
     h.max_chunks = p.cu_seqlens ? p.seqlen / kChunk + per_seq * N : N * ceil_div(p.seqlen + slack, kChunk);
     if (h.pair && !p.cu_seqlens) h.max_chunks = N * even_up(ceil_div(p.seqlen + slack, kChunk));
     if (h.pair) h.seg_chunks = even_up(h.seg_chunks);  // segments of whole pairs

@@ -300,7 +300,8 @@ TEST(EmulatedPreparedArguments, WalkTokens32NeedsTheSigmoidGateAndK128) {
 // with 16- and 32-token steps (the latter shift the grid by start mod 32: start 16 makes chunk 0
 // all virtual): the checkpoint pool against the reference backend's, slot by slot; slots no
 // boundary names keep their poison byte for byte. Parameter: (segment_chunks, walk_tokens).
-class EmulatedCheckpoints : public SeededTest, public ::testing::WithParamInterface<std::tuple<int64_t, int>> {};
+class EmulatedCheckpoints : public SeededTest,
+                            public ::testing::WithParamInterface<std::tuple<int64_t, int, bool>> {};
 
 TEST_P(EmulatedCheckpoints, MatchTheReferenceBackend) {
   Config cfg;
@@ -320,8 +321,10 @@ TEST_P(EmulatedCheckpoints, MatchTheReferenceBackend) {
     p.checkpoint_pool_size = slots;
     p.checkpoint_indices = indices.data();
     p.checkpoint_columns = columns;
-    p.checkpoint_start = starts.data();
-    p.checkpoint_start_dtype = DType::kI64;
+    if (std::get<2>(GetParam())) {  // else every start is 0: unshifted grids, the plan without the bound
+      p.checkpoint_start = starts.data();
+      p.checkpoint_start_dtype = DType::kI64;
+    }
     p.plan = FwdPlan::kSplit;
     p.segment_chunks = std::get<0>(GetParam());
     p.walk_tokens = std::get<1>(GetParam());
@@ -346,13 +349,45 @@ TEST_P(EmulatedCheckpoints, MatchTheReferenceBackend) {
     const std::vector<double> x(a, a + per_slot), y(b, b + per_slot);
     EXPECT_LE(rel_error(x, y), 1e-3) << "slot " << slot;
   }
-  std::printf("  segment_chunks %lld, walk_tokens %d: %d checkpoint slots written\n",
-              (long long)std::get<0>(GetParam()), std::get<1>(GetParam()), written);
+  std::printf("  segment_chunks %lld, walk_tokens %d, starts %s: %d checkpoint slots written\n",
+              (long long)std::get<0>(GetParam()), std::get<1>(GetParam()), std::get<2>(GetParam()) ? "given" : "none",
+              written);
   EXPECT_GT(written, 6);
 }
 
 INSTANTIATE_TEST_SUITE_P(Emulation, EmulatedCheckpoints,
-                         ::testing::Combine(::testing::Values(int64_t(0), int64_t(3)), ::testing::Values(16, 32)));
+                         ::testing::Combine(::testing::Values(int64_t(0), int64_t(3)), ::testing::Values(16, 32),
+                                            ::testing::Bool()));
+
+// The plan with checkpoints: without checkpoint_start (every start 0, no grid shifted) the same
+// segments and sizes as without checkpoints; with it, room for the shifted grids' extra chunks.
+TEST(EmulatedPlan, CheckpointsWithoutStartsPlanAsWithout) {
+  for (int64_t heads : {4, 8, 12, 32})
+    for (int64_t seqlen : {8192, 8200, 65536}) {
+      FwdParams p{};
+      p.backend = Backend::kCuda;
+      p.batch = 1;
+      p.seqlen = seqlen;
+      p.heads = p.heads_v = heads;
+      p.head_dim_k = p.head_dim_v = 128;
+      p.plan = FwdPlan::kSplit;
+      const HostPlan plain = cuda::fwd_plan::make_plan(p, 132);
+      p.checkpoint_interval = 1024;
+      const HostPlan none = cuda::fwd_plan::make_plan(p, 132);
+      const int64_t start = 0;
+      p.checkpoint_start = &start;
+      p.checkpoint_start_dtype = DType::kI64;
+      const HostPlan given = cuda::fwd_plan::make_plan(p, 132);
+      const std::string at = "H " + std::to_string(heads) + " T " + std::to_string(seqlen);
+      EXPECT_EQ(none.seg_chunks, plain.seg_chunks) << at;
+      EXPECT_EQ(none.seg0_chunks, plain.seg0_chunks) << at;
+      EXPECT_EQ(none.pair, plain.pair) << at;
+      EXPECT_EQ(none.max_chunks, plain.max_chunks) << at;
+      EXPECT_EQ(none.max_extra, plain.max_extra) << at;
+      EXPECT_GE(given.max_chunks, (seqlen + 31) / 16) << at;  // a grid shifted by up to 31 tokens
+      EXPECT_GE(given.seg_chunks, plain.seg_chunks) << at;
+    }
+}
 
 class EmulatedPrepared : public SeededTest, public ::testing::WithParamInterface<EmuCase> {};
 

@@ -20,6 +20,7 @@ namespace flash_kda::cuda::ptx {
 
 __device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(__float_as_uint(x) + 0x1000u); }
 __device__ __forceinline__ float tf32_rest(float x) { return x - __uint_as_float(__float_as_uint(x) & 0xffffe000u); }
+__device__ __forceinline__ float round_tf32_by(float x, uint32_t half_ulp) { return __uint_as_float(__float_as_uint(x) + half_ulp); }
 inline void mma_tf32(float (&d)[4], float a0, float a1, float a2, float a3, float b0, float b1) {
   emu::mma_tf32(d, a0, a1, a2, a3, b0, b1);
 }
@@ -65,6 +66,9 @@ namespace flash_kda::cuda::ptx {
 __device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(__float_as_uint(x) + 0x1000u); }
 // What an MMA does not read of x: x minus its tf32 truncation (exact in fp32), for a second term.
 __device__ __forceinline__ float tf32_rest(float x) { return x - __uint_as_float(__float_as_uint(x) & 0xffffe000u); }
+// round_tf32 where `half_ulp` is 0x1000, x unchanged where it is 0: the choice made once, outside a
+// loop, costs no select per value.
+__device__ __forceinline__ float round_tf32_by(float x, uint32_t half_ulp) { return __uint_as_float(__float_as_uint(x) + half_ulp); }
 
 // D = A(16x8, row) * B(8x8, col) + D with tf32 operands and fp32 accumulation.
 // Fragments (g = lane / 4, t = lane % 4):

@@ -59,7 +59,7 @@ __device__ __forceinline__ void swap_if(bool swap, float a, float b, float& x, f
 template <class Stage>
 struct StageSink {
   Stage& st;
-  bool exact_t;  // -T unrounded (exact_neg_t)
+  uint32_t t_round;  // neg_t_rounding: -T rounded to tf32, or unrounded (exact_neg_t)
   __device__ const float (*k_tilde() const)[Stage::kPitchKI] { return st.k_tilde; }
   __device__ const float (*q_tilde() const)[Stage::kPitchKI] { return st.q_tilde; }
   // Tokens t and t + 8 of channel c (one interleaved 8-byte store each).
@@ -80,7 +80,7 @@ struct StageSink {
       *reinterpret_cast<float4*>(&st.neg_v_t[c][t]) = make_float4(nv[t], nv[t + 1], nv[t + 2], nv[t + 3]);
   }
   __device__ void m(int t, int s, float x) const { st.m[t][s] = ptx::round_tf32(x); }
-  __device__ void neg_t(int t, int s, float x) const { st.neg_t[t][s] = exact_t ? x : ptx::round_tf32(x); }
+  __device__ void neg_t(int t, int s, float x) const { st.neg_t[t][s] = ptx::round_tf32_by(x, t_round); }
   __device__ void cross(int) const {}  // (32-token steps only: kda_prep.cuh, PairSink)
 };
 
@@ -285,7 +285,7 @@ struct KdaProducer {
   template <class Stage>
   __device__ void run(Stage* stages) {
     run_chunks(
-        gidx, kGroups, nchunks, [&](int i) { return StageSink<Stage>{stages[i % Tr::kStages], exact_neg_t(a)}; },
+        gidx, kGroups, nchunks, [&](int i) { return StageSink<Stage>{stages[i % Tr::kStages], neg_t_rounding(a)}; },
         [&](int i) {  // stage i % kStages released by the consumers of chunk i - kStages
           if (i >= Tr::kStages) ptx::bar_sync(Tr::empty_bar(i), Tr::kHandoffThreads);
         },

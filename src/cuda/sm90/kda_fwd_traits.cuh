@@ -69,6 +69,9 @@ struct KdaFwdArgs {
 // solve_terms): with allow_neg_eigval (beta up to 2), where tf32's rounding of -T would be carried on
 // by the reflections (docs/kernel.md, "Numerical choices").
 __host__ __device__ inline bool exact_neg_t(const KdaFwdArgs& a) { return a.beta_scale > 1.f; }
+// What the producers add to -T's bit pattern before storing it (ptx::round_tf32_by): half a tf32 ulp,
+// or 0 where exact_neg_t.
+__host__ __device__ inline uint32_t neg_t_rounding(const KdaFwdArgs& a) { return exact_neg_t(a) ? 0u : 0x1000u; }
 
 // Tokens per chunk: |lower_bound| * 16 * log2(e) <= 115.4 < 126 (docs/kernel.md, numerics).
 constexpr int kChunkTokens = 16;

@@ -21,7 +21,7 @@ struct WorkspaceSink {
   typename KdaPrepTraits<kD>::Tiles& tl;
   unsigned char* dst;  // this chunk's KdaPrepared
   float inv_scale;     // q_hat is stored without the output scale
-  bool exact_t;        // -T unrounded (exact_neg_t)
+  uint32_t t_round;    // neg_t_rounding: -T rounded to tf32, or unrounded (exact_neg_t)
 
   __device__ const float (*k_tilde() const)[kPitchKI] { return tl.k_tilde; }
   __device__ const float (*q_tilde() const)[kPitchKI] { return tl.q_tilde; }
@@ -65,7 +65,7 @@ struct WorkspaceSink {
     reinterpret_cast<float*>(dst + Prepared::kM)[Prepared::square_word(t, s)] = ptx::round_tf32(x);
   }
   __device__ void neg_t(int t, int s, float x) const {
-    reinterpret_cast<float*>(dst + Prepared::kNegT)[Prepared::square_word(t, s)] = exact_t ? x : ptx::round_tf32(x);
+    reinterpret_cast<float*>(dst + Prepared::kNegT)[Prepared::square_word(t, s)] = ptx::round_tf32_by(x, t_round);
   }
   __device__ void cross(int) const {}  // (the producer's warp 1 in P3: only pairs have work there)
 };
@@ -147,7 +147,7 @@ struct PairSink {
     float kd[C];
 #pragma unroll
     for (int t = 0; t < C; ++t) kd[t] = __half2float(stash.k_dec[t][c]) * g;
-    WorkspaceSink<kD> a_sink{ws.tl, slot_a, ws.inv_scale, ws.exact_t};
+    WorkspaceSink<kD> a_sink{ws.tl, slot_a, ws.inv_scale, ws.t_round};
     a_sink.k_dec(c, kd);
     a_sink.gamma(c, gamma_a * g);
   }
@@ -239,7 +239,7 @@ __device__ __forceinline__ unsigned char* prepared_chunk(const PlanArgs& p, int 
 // (PairSink::neg_t), all in shared memory.
 template <int kD>
 __device__ __forceinline__ void pair_epilogue(typename KdaPrepTraits<kD>::Smem& sm, unsigned char* slot_a, int ptid,
-                                              bool exact_t) {
+                                              uint32_t t_round) {
   using Prepared = KdaPrepared<kD>;
   constexpr int C = kChunkTokens;
   const int t = ptid >> 3, s = 2 * (ptid & 7);
@@ -255,7 +255,7 @@ __device__ __forceinline__ void pair_epilogue(typename KdaPrepTraits<kD>::Smem& 
     r.y = fmaf(nt.x, y0.y, fmaf(nt.y, y1.y, r.y));
   }
   *reinterpret_cast<float2*>(slot_a + Prepared::kCross + 4 * Prepared::square_word(t, s)) =
-      exact_t ? r : make_float2(ptx::round_tf32(r.x), ptx::round_tf32(r.y));
+      make_float2(ptx::round_tf32_by(r.x, t_round), ptx::round_tf32_by(r.y, t_round));
 }
 
 // kD: the head dimension; kSoftplus: the softplus gate's producer (docs/spec.md, "Gate forms");
@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>
   if constexpr (kPair) nchunks = (nchunks + 1) & ~1;
   const int c0 = int(block) * p.prep_chunks, c1 = min(c0 + p.prep_chunks, nchunks);
   const float inv_scale = a.scale != 0.f ? 1.f / a.scale : 0.f;
-  const bool exact_t = exact_neg_t(a);
+  const uint32_t t_round = neg_t_rounding(a);
   KdaProducer<Tr, kSoftplus> producer(a, w, sm.group, 0, threadIdx.x);
   if constexpr (kPair) {
     static_assert(!kSoftplus, "32-token steps are built for the sigmoid gate");
@@ -288,7 +288,7 @@ __global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>
         c0, 1, c1,
         [&](int i) {
           return PairSink<kD>{WorkspaceSink<kD>{sm.tiles, prepared_chunk<kD, true>(p, a.heads_v, n, hv, i), inv_scale,
-                                                exact_t},
+                                                t_round},
                               prepared_chunk<kD, true>(p, a.heads_v, n, hv, i & ~1),
                               sm.stash,
                               sm.group.l_t,
@@ -299,13 +299,13 @@ __global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>
         [](int) {},
         [&](int i) {
           if (i & 1)
-            pair_epilogue<kD>(sm, prepared_chunk<kD, true>(p, a.heads_v, n, hv, i - 1), threadIdx.x, exact_t);
+            pair_epilogue<kD>(sm, prepared_chunk<kD, true>(p, a.heads_v, n, hv, i - 1), threadIdx.x, t_round);
         });
   } else {
     unsigned char* base = prepared_chunk<kD>(p, a.heads_v, n, hv, 0);
     const int64_t stride = int64_t(a.heads_v) * KdaPrepared<kD>::kBytes;
     producer.run_chunks(
-        c0, 1, c1, [&](int i) { return WorkspaceSink<kD>{sm.tiles, base + i * stride, inv_scale, exact_t}; }, [](int) {},
+        c0, 1, c1, [&](int i) { return WorkspaceSink<kD>{sm.tiles, base + i * stride, inv_scale, t_round}; }, [](int) {},
         [](int) {});
   }
 }

@@ -213,7 +213,8 @@ __device__ __forceinline__ void solve_u_t(bool split, const float (&xk)[NT][4], 
 }
 
 // The arithmetic of one chunk on one warp's 16 rows (steps 1-4 above), from a stage as the view
-// reads it; nothing but the lane's coordinates, whether v enters, and the output scale.
+// reads it; nothing but the lane's coordinates, whether v enters, the output scale and whether -T
+// is solved in two terms.
 template <class Tr, class View>
 struct ChunkMath {
   using Stage = typename Tr::Stage;

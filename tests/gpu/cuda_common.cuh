@@ -155,7 +155,29 @@ Status run_fwd(FwdParams p, cudaStream_t stream = nullptr) {
   }
   p.workspace = ws;
   p.workspace_bytes = ws_bytes;
-  return fwd(p, stream);
+  static const bool graph = [] {
+    const char* e = std::getenv("FLASH_KDA_GPU_GRAPH");
+    return e != nullptr && std::string(e) == "1";
+  }();
+  if (!graph || stream != nullptr) return fwd(p, stream);
+  // Captured on a stream of its own, then replayed once: a refusal is returned before anything is
+  // captured (validation writes nothing), so its status is the call's.
+  cudaStream_t s = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  const Status st = fwd(p, s);
+  cudaGraph_t g = nullptr;
+  CUDA_OK(cudaStreamEndCapture(s, &g));
+  if (st.ok()) {
+    cudaGraphExec_t exec = nullptr;
+    CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
+    CUDA_OK(cudaGraphLaunch(exec, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaGraphExecDestroy(exec));
+  }
+  CUDA_OK(cudaGraphDestroy(g));
+  CUDA_OK(cudaStreamDestroy(s));
+  return st;
 }
 
 // ---- device-side inputs for the large cases (host generation of ~10^9 normals would dominate) ----

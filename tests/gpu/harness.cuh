@@ -8,6 +8,8 @@
 //   FLASH_KDA_GPU_PLANS=a,b,...  the forward plans the forward, checkpoint and pool tests run each
 //                                case under (names: cuda_common.cuh, PlanChoice); default kDefaultPlans
 //   FLASH_KDA_TEST_SEED=N        replays a run's inputs (every run prints its seed first)
+//   FLASH_KDA_GPU_GRAPH=1        every CUDA forward is captured into a CUDA graph on its own stream
+//                                and replayed (the kernels' programmatic launches inside a graph)
 // Without a CUDA device the executables exit 77 (gpu_test_main.cpp): ctest reports them skipped.
 #pragma once
 

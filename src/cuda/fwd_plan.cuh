@@ -54,7 +54,6 @@ struct HostPlan {
   int64_t max_extra = 0;    // bound on the split segments beyond each sequence's first
   int prep_chunks = 4;      // chunks per preparation CTA
   bool pair = false;        // 32-token steps (docs/kernel.md, "32-token steps")
-  bool fold_last = false;   // PlanArgs::fold_last: no sequence has more than three segments (fixed batch)
   int slices1 = 1, slices3 = 1;
   int seg0_split = 1;  // PlanArgs::seg0_split
   // The chain (docs/kernel.md, "The chain"): a bound on the split sequences, and the variant (rows a
@@ -200,10 +199,7 @@ inline HostPlan make_plan(const FwdParams& p, int sm_count) {
   }
   // The chain: 8 rows a CTA with two buffers (one CTA an SM) where its CTAs fit the SMs, else 16
   // rows with two, else 16 rows with one (two CTAs an SM; more than 2 SMs' worth runs in waves).
-  // A fixed batch whose sequences have at most three segments needs one chain step, S_2 = S_1 P_1 +
-  // R_1: pass 3's CTAs of segment 2 form it themselves (PlanArgs::fold_last), no chain kernel.
-  h.fold_last = p.cu_seqlens == nullptr && h.max_extra > 0 && h.max_extra <= 2 * N;
-  h.chain_seqs = h.max_extra == 0 || h.fold_last ? 0 : p.cu_seqlens ? std::min<int64_t>(N, h.max_extra / 2) : N;
+  h.chain_seqs = h.max_extra == 0 ? 0 : p.cu_seqlens ? std::min<int64_t>(N, h.max_extra / 2) : N;
   const int64_t chain_parts = h.chain_seqs * HV * (p.head_dim_k == 64 ? 64 : 128);  // rows in all
   h.chain_rows = chain_parts / 8 <= sm_count ? 8 : 16;
   h.chain_bufs = chain_parts / 16 <= sm_count ? 2 : 1;
@@ -257,7 +253,6 @@ inline sm90::PlanArgs plan_args(const HostPlan& h, const FwdParams& p) {
   a.seg0_split = h.seg0_split;
   a.prep_chunks = h.prep_chunks;
   a.pair = h.pair ? 1 : 0;
-  a.fold_last = h.fold_last ? 1 : 0;
   return a;
 }
 

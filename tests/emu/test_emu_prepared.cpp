@@ -389,38 +389,6 @@ TEST(EmulatedPlan, CheckpointsWithoutStartsPlanAsWithout) {
     }
 }
 
-// Three segments a sequence on a fixed batch: pass 3 forms S_2 itself and no chain kernel runs
-// (PlanArgs::fold_last); with more segments, or packed sequences, the chain runs. The emulated case
-// split*_L8_fixed_three_segments_16sm depends on the first (it is the fold's correctness test).
-TEST(EmulatedPlan, ThreeSegmentsFoldTheChain) {
-  struct Shape {
-    int64_t heads, seqlen, segment_chunks;
-    int sm_count;
-    bool varlen, fold;
-  };
-  for (const Shape& c : {Shape{32, 8192, 0, 132, false, true}, Shape{32, 65536, 0, 132, false, true},
-                         Shape{2, 300, 8, 16, false, true}, Shape{4, 65536, 0, 132, false, false},
-                         Shape{12, 8192, 0, 132, false, false}, Shape{2, 300, 4, 132, false, false},
-                         Shape{2, 300, 8, 16, true, false}}) {
-    FwdParams p{};
-    p.backend = Backend::kCuda;
-    p.batch = 1;
-    p.seqlen = c.seqlen;
-    p.heads = p.heads_v = c.heads;
-    p.head_dim_k = p.head_dim_v = 128;
-    p.plan = FwdPlan::kSplit;
-    p.segment_chunks = c.segment_chunks;
-    const int64_t cu[3] = {0, c.seqlen - 20, c.seqlen};
-    if (c.varlen) p.cu_seqlens = cu, p.cu_seqlens_dtype = DType::kI64, p.num_seqs = 2;
-    const HostPlan h = cuda::fwd_plan::make_plan(p, c.sm_count);
-    const std::string at = "H " + std::to_string(c.heads) + " T " + std::to_string(c.seqlen) + " L " +
-                           std::to_string(c.segment_chunks) + (c.varlen ? " packed" : "");
-    ASSERT_GT(h.max_extra, 0) << at << ": split";
-    EXPECT_EQ(h.fold_last, c.fold) << at;
-    EXPECT_EQ(h.chain_seqs == 0, c.fold) << at;
-  }
-}
-
 class EmulatedPrepared : public SeededTest, public ::testing::WithParamInterface<EmuCase> {};
 
 TEST_P(EmulatedPrepared, MatchesTheFloat64Reference) {

@@ -630,45 +630,6 @@ struct PairMath {
   }
 };
 
-// The start of the last of three segments, S_2 = S_1 P_1 + R_1 (PlanArgs::fold_last), for one warp's
-// 16 rows: r, s and dst point to the warp's first row of R_1, S_1 and S_2 (fp32, D columns), p to
-// P_1 (D x D). Each product in three tf32 MMAs on the operands' truncations and remainders,
-// x y = x_h y_h + x_h y_l + x_l y_h (+ x_l y_l, under 2^-20 |x y|, dropped), so the result is within
-// a few fp32 ulps of the chain's fp32 FMAs (docs/kernel.md, "The chain"); P is read from global
-// memory (L2: the head's CTAs share it). Each lane stores exactly the elements it later loads as its
-// state (KdaConsumer::load_state), so no barrier is needed. Not inlined: its 64 accumulators and the
-// loads in flight would otherwise raise the register pressure of the whole walk.
-template <int D>
-__device__ __noinline__ void fold_segment_start(const float* r, const float* s, const float* p, float* dst, int g,
-                                                int t4) {
-  float S[D / 8][4];
-#pragma unroll
-  for (int j = 0; j < D / 8; ++j) {
-    const float2 lo = *reinterpret_cast<const float2*>(r + g * D + 8 * j + 2 * t4);
-    const float2 hi = *reinterpret_cast<const float2*>(r + (g + 8) * D + 8 * j + 2 * t4);
-    S[j][0] = lo.x, S[j][1] = lo.y, S[j][2] = hi.x, S[j][3] = hi.y;
-  }
-  const float* sk = s + g * D + t4;
-  const float* pk = p + t4 * D + g;
-#pragma unroll 1
-  for (int kk = 0; kk < D / 8; ++kk, sk += 8, pk += 8 * D) {
-    const float a[4] = {sk[0], sk[8 * D], sk[4], sk[8 * D + 4]};  // (g, k) (g + 8, k) (g, k + 4) (g + 8, k + 4)
-    const float al[4] = {ptx::tf32_rest(a[0]), ptx::tf32_rest(a[1]), ptx::tf32_rest(a[2]), ptx::tf32_rest(a[3])};
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      const float b0 = pk[8 * j], b1 = pk[4 * D + 8 * j];  // P[k][8 j + g], P[k + 4][8 j + g]
-      ptx::mma_tf32(S[j], al[0], al[1], al[2], al[3], b0, b1);
-      ptx::mma_tf32(S[j], a[0], a[1], a[2], a[3], ptx::tf32_rest(b0), ptx::tf32_rest(b1));
-      ptx::mma_tf32(S[j], a[0], a[1], a[2], a[3], b0, b1);
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < D / 8; ++j) {
-    *reinterpret_cast<float2*>(dst + g * D + 8 * j + 2 * t4) = make_float2(S[j][0], S[j][1]);
-    *reinterpret_cast<float2*>(dst + (g + 8) * D + 8 * j + 2 * t4) = make_float2(S[j][2], S[j][3]);
-  }
-}
-
 template <class Tr, class View>
 struct KdaConsumer {
   using Stage = typename Tr::Stage;
@@ -698,11 +659,6 @@ struct KdaConsumer {
         m{warp, ln, ln >> 2, ln & 3, rows.has_v, args.scale, exact_neg_t(args)} {}
 
   __device__ void load_state(float (&S)[kTiles][4]) const {
-    if (io.fold_p != nullptr) {  // S_2 = S_1 P_1 + R_1 into io.init first (RowsIO::fold_s)
-      const int64_t warp_rows = int64_t(cwarp) * 16 * D;
-      fold_segment_start<D>(io.fold_r + warp_rows, io.fold_s + warp_rows, io.fold_p,
-                            static_cast<float*>(const_cast<void*>(io.init)) + io.init_offset + warp_rows, g, t4);
-    }
     if (io.init == nullptr) {
       // Zeros, or the identity: row r of the slice is e_r (the transition rows start as I).
       const int r0 = io.row0 + cwarp * 16 + g;

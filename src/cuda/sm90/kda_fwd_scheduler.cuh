@@ -46,13 +46,6 @@ struct RowsIO {
   // chunk ck_next goes to column ck_m of the sequence's checkpoint_indices row, then every ck_step
   // chunks to the next column, up to walk chunk ck_last. ck_next -1: none.
   int ck_next, ck_step, ck_last, ck_m;
-  // The last of three segments (PlanArgs::fold_last): before the walk the consumers write
-  // fold_s fold_p + fold_r into init's rows (fp32), with fold_s and fold_r the previous segment's
-  // start and zero-start end rows (from row row0) and fold_p its whole transition (D x D); fold_p
-  // nullptr: init is read as it is.
-  const float* fold_r = nullptr;
-  const float* fold_s = nullptr;
-  const float* fold_p = nullptr;
 };
 
 // Element offset of row `row` of slot `slot`, head hv in a [*, HV, kD, kD] state tensor.

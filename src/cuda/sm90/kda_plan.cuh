@@ -81,10 +81,6 @@ struct PlanArgs {
   // 32-token steps (docs/kernel.md): chunks are prepared and walked in pairs; every sequence's
   // chunk count is rounded up to even in chunk_off, and L, L0 and prep_chunks are even.
   int pair;
-  // Every split sequence has exactly three segments (a fixed batch; the host's plan): pass 3 forms the
-  // last segment's start S_2 = S_1 P_1 + R_1 itself (RowsIO::fold_s) and the chain kernel is not
-  // launched (docs/kernel.md, "The chain").
-  int fold_last;
 };
 
 // The last n in [0, N) with off[n] <= r (off non-decreasing, off[0] = 0 <= r): a warp-wide search,

@@ -182,13 +182,6 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
     void* init = nullptr;
     segment_rows(p.seg_start, e0 + j - 1, init, io.init_offset, io.init_fp32);
     io.init = init;
-    if (p.fold_last && j >= 2 && j == segs - 1) {
-      // S_j = S_{j-1} P_{j-1} + R_{j-1}, formed by the consumers into S_j's slot (fold_segment_start):
-      // no chain kernel.
-      io.fold_s = p.seg_start + state_row_offset<kD>(e0 + j - 2, a.heads_v, w.hv, io.row0);
-      io.fold_r = p.seg_r + state_row_offset<kD>(e0 + j - 2, a.heads_v, w.hv, io.row0);
-      io.fold_p = p.seg_p + state_row_offset<kD>(e0 + j - 2, a.heads_v, w.hv, 0);
-    }
     if (j == segs - 1) {
       to_final();
     } else {

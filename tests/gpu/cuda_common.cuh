@@ -161,7 +161,10 @@ Status run_fwd(FwdParams p, cudaStream_t stream = nullptr) {
   }();
   if (!graph || stream != nullptr) return fwd(p, stream);
   // Captured on a stream of its own, then replayed once: a refusal is returned before anything is
-  // captured (validation writes nothing), so its status is the call's.
+  // captured (validation writes nothing), so its status is the call's. The inputs were uploaded by
+  // cudaMemcpy from pageable memory, which may return before its DMA lands; work on the legacy
+  // default stream is ordered after it, work on a non-blocking stream is not: synchronise first.
+  CUDA_OK(cudaDeviceSynchronize());
   cudaStream_t s = nullptr;
   CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));

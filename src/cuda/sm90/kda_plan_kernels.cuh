@@ -52,7 +52,6 @@ __global__ void __launch_bounds__(1024)
   __shared__ unsigned long long longest;
   constexpr int C = kChunkTokens;
   int64_t carry[kSeqTableSums] = {};
-  ptx::launch_dependents();  // the preparation's CTAs may take the other SMs and wait there
   if (threadIdx.x == 0) longest = 0;
   __syncthreads();
   for (int base = 0; base < a.num_seqs; base += blockDim.x) {

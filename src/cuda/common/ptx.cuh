@@ -49,6 +49,9 @@ inline void bar_arrive(int id, int count) {
   emu::named_barrier(id, count, false);
 }
 // ex2.approx.ftz / rcp.approx.ftz: exact values, subnormal results flushed to zero
+// Programmatic dependent launch (below): nothing to wait for on the CPU, one kernel runs at a time.
+inline void launch_dependents() {}
+inline void wait_for_prior_grid() {}
 inline float ftz(float x) { return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.f, x) : x; }
 inline float ex2(float x) { return ftz(std::exp2(ftz(x))); }
 inline float rcp(float x) { return ftz(1.f / ftz(x)); }
@@ -146,6 +149,15 @@ __device__ __forceinline__ void bar_arrive(int id, int count) {
   __syncwarp();
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
+
+// Programmatic dependent launch (docs/kernel.md, "Pipeline"). A kernel launched with the
+// programmatic-serialization attribute may start while the kernel before it in the stream is still
+// running; wait_for_prior_grid() blocks until that kernel has completed and its memory is visible
+// (a no-op for a kernel launched without the attribute). launch_dependents() lets the next kernel's
+// CTAs be scheduled once every CTA of this one has called it (or exited), so that they take SMs as
+// this kernel's last CTAs free them instead of after the whole grid has drained.
+__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void wait_for_prior_grid() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 
 __device__ __forceinline__ float ex2(float x) {
   float y;

@@ -3,6 +3,8 @@
 // K = V = 128 (with the plan kernel, which serves every head dimension), kda_prepared64_sm90.cu for 64.
 #pragma once
 
+#include <utility>
+
 #include "../dispatch_common.h"
 #include "kda_chain.cuh"
 #include "kda_prepared.h"
@@ -12,22 +14,40 @@ namespace flash_kda::cuda::sm90 {
 
 namespace prepared_launch {
 
+// Launches `kernel` allowed to start before the kernel ahead of it in the stream has finished
+// (programmatic dependent launch; docs/kernel.md, "Pipeline"): its CTAs take SMs as the previous
+// kernel's last CTAs free them, and each waits in ptx::wait_for_prior_grid() before it reads
+// anything. Only the preparation, recurrence and chain kernels are launched so: each follows a
+// kernel of the same call, so the call as a whole still starts after the caller's earlier work.
+template <class... Params, class... Args>
+cudaError_t launch_after_prior(void (*kernel)(Params...), int64_t ctas, int threads, int smem, cudaStream_t stream,
+                               Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(ctas));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
 template <int kD, bool kSoftplus, bool kPair = false>
 cudaError_t launch_prep_gate(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas, cudaStream_t stream) {
   using Tr = KdaPrepTraits<kD>;
   const cudaError_t e = raise_smem_limit<kda_prep_kernel<kD, kSoftplus, kPair>>(Tr::kSmemBytes);
   if (e != cudaSuccess) return e;
-  kda_prep_kernel<kD, kSoftplus, kPair>
-      <<<dim3(static_cast<unsigned>(ctas)), Tr::kThreads, Tr::kSmemBytes, stream>>>(a, p);
-  return cudaGetLastError();
+  return launch_after_prior(kda_prep_kernel<kD, kSoftplus, kPair>, ctas, Tr::kThreads, Tr::kSmemBytes, stream, a, p);
 }
 
 template <class Tr, bool kCk>
 cudaError_t launch_rec(const KdaFwdArgs& a, const PlanArgs& p, int pass, int64_t ctas, cudaStream_t stream) {
   const cudaError_t e = raise_smem_limit<kda_rec_kernel<Tr, kCk>>(Tr::kSmemBytes);
   if (e != cudaSuccess) return e;
-  kda_rec_kernel<Tr, kCk><<<dim3(static_cast<unsigned>(ctas)), Tr::kThreads, Tr::kSmemBytes, stream>>>(a, p, pass);
-  return cudaGetLastError();
+  return launch_after_prior(kda_rec_kernel<Tr, kCk>, ctas, Tr::kThreads, Tr::kSmemBytes, stream, a, p, pass);
 }
 
 }  // namespace prepared_launch
@@ -67,8 +87,7 @@ cudaError_t launch_kda_chain(const KdaFwdArgs& a, const PlanArgs& p, int64_t cta
   using Tr = ChainTraits<kD, kRows, kBufs>;
   const cudaError_t e = raise_smem_limit<kda_chain_kernel<Tr>>(Tr::kSmemBytes, /*max_carveout=*/true);
   if (e != cudaSuccess) return e;
-  kda_chain_kernel<Tr><<<dim3(static_cast<unsigned>(ctas)), Tr::kThreads, Tr::kSmemBytes, stream>>>(a, p);
-  return cudaGetLastError();
+  return prepared_launch::launch_after_prior(kda_chain_kernel<Tr>, ctas, Tr::kThreads, Tr::kSmemBytes, stream, a, p);
 }
 
 }  // namespace flash_kda::cuda::sm90

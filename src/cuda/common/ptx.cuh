@@ -50,7 +50,6 @@ inline void bar_arrive(int id, int count) {
 }
 // ex2.approx.ftz / rcp.approx.ftz: exact values, subnormal results flushed to zero
 // Programmatic dependent launch (below): nothing to wait for on the CPU, one kernel runs at a time.
-inline void launch_dependents() {}
 inline void wait_for_prior_grid() {}
 inline float ftz(float x) { return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.f, x) : x; }
 inline float ex2(float x) { return ftz(std::exp2(ftz(x))); }
@@ -151,12 +150,10 @@ __device__ __forceinline__ void bar_arrive(int id, int count) {
 }
 
 // Programmatic dependent launch (docs/kernel.md, "Pipeline"). A kernel launched with the
-// programmatic-serialization attribute may start while the kernel before it in the stream is still
-// running; wait_for_prior_grid() blocks until that kernel has completed and its memory is visible
-// (a no-op for a kernel launched without the attribute). launch_dependents() lets the next kernel's
-// CTAs be scheduled once every CTA of this one has called it (or exited), so that they take SMs as
-// this kernel's last CTAs free them instead of after the whole grid has drained.
-__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+// programmatic-serialization attribute is scheduled as the CTAs of the kernel before it in the stream
+// exit, not after that grid has drained and its completion been processed; wait_for_prior_grid()
+// blocks until that kernel has completed and its memory is visible (a no-op for a kernel launched
+// without the attribute).
 __device__ __forceinline__ void wait_for_prior_grid() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 
 __device__ __forceinline__ float ex2(float x) {

@@ -19,8 +19,8 @@ __global__ void __launch_bounds__(Tr::kThreads)
   static_assert(Tr::kCols == 2, "two columns a thread");
   FLASH_KDA_DYNAMIC_SMEM(smem_bytes);
   auto& sm = *reinterpret_cast<typename Tr::Smem*>(smem_bytes);
-  // Launched after the previous kernel of the call (kda_prepared_launch.cuh): the next one may take
-  // SMs as this grid drains; nothing of the previous one is read before it has finished.
+  // Launched after the previous kernel of the call (kda_prepared_launch.cuh), possibly before it has
+  // finished: nothing it wrote is read before the wait.
   ptx::wait_for_prior_grid();
   if (fused_chosen(a)) return;
   const int b = blockIdx.x, slice = b % kSlices, hv = (b / kSlices) % a.heads_v;

@@ -221,8 +221,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     kda_rec_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p, int pass) {
   FLASH_KDA_DYNAMIC_SMEM(smem_bytes);
   auto& sm = *reinterpret_cast<typename Tr::Smem*>(smem_bytes);
-  // Launched after the previous kernel of the call (kda_prepared_launch.cuh): the next one may take
-  // SMs as this grid drains; nothing of the previous one is read before it has finished.
+  // Launched after the previous kernel of the call (kda_prepared_launch.cuh), possibly before it has
+  // finished: nothing it wrote is read before the wait.
   ptx::wait_for_prior_grid();
   if (fused_chosen(a)) return;
   const int b = blockIdx.x, slice = b % p.slices, hv = (b / p.slices) % a.heads_v;

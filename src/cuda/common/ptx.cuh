@@ -48,9 +48,9 @@ inline void bar_arrive(int id, int count) {
   __syncwarp();
   emu::named_barrier(id, count, false);
 }
-// ex2.approx.ftz / rcp.approx.ftz: exact values, subnormal results flushed to zero
 // Programmatic dependent launch (below): nothing to wait for on the CPU, one kernel runs at a time.
 inline void wait_for_prior_grid() {}
+// ex2.approx.ftz / rcp.approx.ftz: exact values, subnormal results flushed to zero
 inline float ftz(float x) { return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.f, x) : x; }
 inline float ex2(float x) { return ftz(std::exp2(ftz(x))); }
 inline float rcp(float x) { return ftz(1.f / ftz(x)); }

@@ -76,6 +76,15 @@ struct NamedBarrier {
   uint64_t gen = 0;
 };
 
+// What the emulation keeps in a CUtensorMap's 128 bytes (src/cuda/sm90/kda_raw_maps.h makes it): a
+// rank-4 tensor of 2-byte elements, dimensions innermost first, strides of dimensions 1..3 in bytes.
+struct EmuTensorMap {
+  const void* base;
+  uint64_t dim[4];
+  uint64_t stride[3];
+  uint32_t box[4];
+};
+
 struct MBarrier {
   int expected = 0, pending = 0;
   int64_t tx = 0;
@@ -104,7 +113,11 @@ inline Dim3 thread_idx() { return {unsigned(g_cta->cur), 0u, 0u}; }
 inline Dim3 block_idx() { return {g_cta->block, 0u, 0u}; }
 inline Dim3 block_dim() { return {unsigned(g_cta->threads), 1u, 1u}; }
 inline Dim3 grid_dim() { return {g_grid, 1u, 1u}; }
-inline unsigned char* dynamic_smem() { return g_cta->smem.data(); }
+// 128-byte aligned, as the device's (tensor copies need it)
+inline unsigned char* dynamic_smem() {
+  const uintptr_t p = reinterpret_cast<uintptr_t>(g_cta->smem.data());
+  return g_cta->smem.data() + ((128 - p % 128) % 128);
+}
 
 [[noreturn]] inline void fail(const std::string& what) {
   throw std::runtime_error("simt emulation: " + what + " (block " + std::to_string(g_cta->block) + ", thread " +
@@ -358,7 +371,7 @@ inline void launch(unsigned grid, int threads, size_t smem_bytes, const std::fun
     c.block = b;
     c.fibers.resize(threads);
     c.warps.resize((threads + 31) / 32);
-    c.smem.assign(smem_bytes + 16, 0xff);
+    c.smem.assign(smem_bytes + 128 + 16, 0xff);
     c.body = &body;
     g_cta = &c;
     for (int t = 0; t < threads; ++t) {

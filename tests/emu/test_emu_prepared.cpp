@@ -64,14 +64,25 @@ struct EmuLaunch {
   Status fused(sm90::KdaFwdArgs& a, int64_t pairs) {  // (the device decides: it returns unless chosen)
     return emulated_fused<kD>(a, pairs, sm_count);
   }
+  // (the raw tiles by emulated tensor copies where the maps can be made, as on the device; `no_maps`
+  // forces the cp.async loads)
+  bool no_maps = false;
   template <int kD>
   int prep(const sm90::KdaFwdArgs& a, const sm90::PlanArgs& pa, int64_t ctas) {
+    sm90::RawMaps maps{};
+    if (!no_maps && sm90::make_raw_maps<kD>(a, maps)) return prep_with<kD, true>(a, pa, maps, ctas);
+    return prep_with<kD, false>(a, pa, maps, ctas);
+  }
+  template <int kD, bool kTma>
+  int prep_with(const sm90::KdaFwdArgs& a, const sm90::PlanArgs& pa, const sm90::RawMaps& maps, int64_t ctas) {
     using Tr = sm90::KdaPrepTraits<kD>;
     if constexpr (kD == 128) {
-      if (pa.pair) return run(ctas, Tr::kThreads, Tr::kSmemBytes, [&] { sm90::kda_prep_kernel<kD, false, true>(a, pa); });
+      if (pa.pair)
+        return run(ctas, Tr::kThreads, Tr::kSmemBytes, [&] { sm90::kda_prep_kernel<kD, false, true, kTma>(a, pa, maps); });
     }
-    if (a.softplus_gate) return run(ctas, Tr::kThreads, Tr::kSmemBytes, [&] { sm90::kda_prep_kernel<kD, true, false>(a, pa); });
-    return run(ctas, Tr::kThreads, Tr::kSmemBytes, [&] { sm90::kda_prep_kernel<kD, false, false>(a, pa); });
+    if (a.softplus_gate)
+      return run(ctas, Tr::kThreads, Tr::kSmemBytes, [&] { sm90::kda_prep_kernel<kD, true, false, kTma>(a, pa, maps); });
+    return run(ctas, Tr::kThreads, Tr::kSmemBytes, [&] { sm90::kda_prep_kernel<kD, false, false, kTma>(a, pa, maps); });
   }
   template <int kD, int kWarps>
   int rec(const sm90::KdaFwdArgs& a, const sm90::PlanArgs& pa, int pass, int64_t ctas) {
@@ -99,7 +110,7 @@ struct EmuLaunch {
 // pairs). chain_rows > 0 forces the chain's variant (rows a CTA, buffers), which the plan picks from
 // the CTA count.
 Status emulated_fwd(FwdParams p, int sm_count, std::vector<unsigned char>& workspace, int chain_rows = 0,
-                    int chain_bufs = 0) {
+                    int chain_bufs = 0, bool no_maps = false) {
   p.backend = Backend::kCuda;
   normalise(p);
   HostPlan h = cuda::fwd_plan::make_plan(p, sm_count);
@@ -116,6 +127,7 @@ Status emulated_fwd(FwdParams p, int sm_count, std::vector<unsigned char>& works
   if (!s.ok()) return s;
   sm90::KdaFwdArgs a = cuda::fwd_plan::kernel_args(p);
   EmuLaunch launch{sm_count};
+  launch.no_maps = no_maps;
   const int64_t pairs = num_sequences(p) * a.heads_v;
   try {
     if (h.kind == FwdPlan::kFused)
@@ -358,6 +370,133 @@ TEST_P(EmulatedCheckpoints, MatchTheReferenceBackend) {
 INSTANTIATE_TEST_SUITE_P(Emulation, EmulatedCheckpoints,
                          ::testing::Combine(::testing::Values(int64_t(0), int64_t(3)), ::testing::Values(16, 32),
                                             ::testing::Bool()));
+
+// The preparation's raw tiles by tensor copies (kda_raw_maps.h) or by cp.async land the same bytes,
+// so out, the final states and the checkpoints agree bit for bit. A tensor copy of a sequence's first
+// or last chunk also brings rows outside it (a packed batch's neighbouring tokens), which the kernel
+// zeroes as cp.async's zero-fill does: here the middle sequence's keys are infinite, and the
+// sequences beside it (its first chunk on a shifted grid starts inside it, the one before reaches
+// into it) must stay finite and match the reference. Also: an odd chunk count under 32-token steps
+// (a pair's chunk b past the end), the softplus gate with GVA, K = V = 64, a fixed batch.
+TEST(EmulatedRawMaps, TensorCopiesAndCpAsyncAgreeBitForBit) {
+  std::mt19937_64 rng(fresh_seed());
+  Config varlen;
+  varlen.seq_lens = {200, 77, 0, 45};
+  varlen.heads = 2;
+  Config softplus = varlen;
+  softplus.heads = 1;
+  softplus.heads_v = 2;
+  softplus.gate = GateForm::kSoftplus;
+  Config d64 = varlen;
+  d64.head_dim_k = d64.head_dim_v = 64;
+  Config fixed;
+  fixed.batch = 2;
+  fixed.seqlen = 300;
+  fixed.heads = 2;
+  struct Case {
+    const char* name;
+    Config cfg;
+    int walk;
+    bool checkpoints;
+  };
+  for (const Case& c : {Case{"varlen, shifted grids", varlen, 16, true}, Case{"varlen, pairs, shifted", varlen, 32, true},
+                        Case{"varlen, pairs", varlen, 32, false}, Case{"fixed, pairs", fixed, 32, false},
+                        Case{"softplus gva", softplus, 16, false}, Case{"d64", d64, 16, false}}) {
+    Problem pb(c.cfg, rng);
+    // tokens [bad0, bad1) (sequence 1 of a packed batch): infinite keys
+    int64_t bad0 = 0, bad1 = 0;
+    if (!c.cfg.seq_lens.empty()) {
+      bad0 = c.cfg.seq_lens[0], bad1 = bad0 + c.cfg.seq_lens[1];
+      const int64_t per_token = c.cfg.heads * pb.K;
+      std::fill(pb.k.begin() + bad0 * per_token, pb.k.begin() + bad1 * per_token, uint16_t(0x7f80));
+    }
+    const int64_t columns = 4, slots = pb.N * columns, per_slot = pb.HV * pb.V * pb.K;
+    std::vector<int32_t> indices(static_cast<size_t>(slots));
+    for (size_t i = 0; i < indices.size(); ++i) indices[i] = int32_t(i);
+    std::vector<int64_t> starts(static_cast<size_t>(pb.N));
+    for (size_t n = 0; n < starts.size(); ++n) starts[n] = int64_t(5 + 16 * n);  // not multiples of 16
+    auto call = [&](Backend backend, bool no_maps, Result& r, std::vector<float>& pool) {
+      r = poisoned_result(pb);
+      pool.assign(size_t(slots * per_slot), poison_f32());
+      FwdParams p = params_for(pb, backend, r);
+      p.plan = FwdPlan::kSplit;
+      p.segment_chunks = 4;
+      p.walk_tokens = c.walk;
+      if (c.checkpoints) {
+        p.checkpoint_interval = 32;
+        p.checkpoint_state = pool.data();
+        p.checkpoint_state_dtype = DType::kF32;
+        p.checkpoint_pool_size = slots;
+        p.checkpoint_indices = indices.data();
+        p.checkpoint_columns = columns;
+        p.checkpoint_start = starts.data();
+        p.checkpoint_start_dtype = DType::kI64;
+      }
+      if (backend != Backend::kCuda) {
+        p.plan = FwdPlan::kAuto;
+        p.segment_chunks = 0;
+        p.walk_tokens = 0;
+        return fwd(p);
+      }
+      std::vector<unsigned char> ws;
+      return emulated_fwd(p, 132, ws, 0, 0, no_maps);
+    };
+    Result a, b, ref;
+    std::vector<float> pool_a, pool_b, pool_ref;
+    const Status sa = call(Backend::kCuda, false, a, pool_a), sb = call(Backend::kCuda, true, b, pool_b);
+    ASSERT_TRUE(sa.ok()) << c.name << ": " << sa.message;
+    ASSERT_TRUE(sb.ok()) << c.name << ": " << sb.message;
+    EXPECT_EQ(a.out, b.out) << c.name;
+    ASSERT_EQ(a.final_state.bytes(), b.final_state.bytes());
+    EXPECT_EQ(std::memcmp(a.final_state.data(), b.final_state.data(), a.final_state.bytes()), 0) << c.name;
+    EXPECT_EQ(std::memcmp(pool_a.data(), pool_b.data(), pool_a.size() * 4), 0) << c.name;
+    // the tokens of the finite sequences against the float64 reference (a mutation that loads the
+    // wrong rows, or leaves the infinite neighbour's rows in, fails here)
+    const Status sr = call(Backend::kCpuReference, false, ref, pool_ref);
+    ASSERT_TRUE(sr.ok()) << sr.message;
+    const int64_t per_token_out = pb.HV * pb.V;
+    std::vector<double> x, y;
+    const std::vector<double> out = a.out_double(), out_ref = ref.out_double();
+    for (size_t i = 0; i < out.size(); ++i) {
+      const int64_t t = int64_t(i) / per_token_out;
+      if (t >= bad0 && t < bad1) continue;
+      ASSERT_TRUE(std::isfinite(out[i])) << c.name << ": token " << t;
+      x.push_back(out[i]), y.push_back(out_ref[i]);
+    }
+    EXPECT_LE(rel_error(x, y), 2e-3) << c.name;
+  }
+}
+
+// Which layouts get tensor maps: contiguous activations do; a head or token stride that is not a
+// multiple of 16 bytes, or a base address that is not 16-byte aligned, does not (the preparation
+// then loads by cp.async).
+TEST(EmulatedRawMaps, MadeOnlyForLayoutsTheTmaDescribes) {
+  std::vector<uint16_t> buf(size_t(2 * 64 * 4 * 128 + 64));
+  sm90::KdaFwdArgs a{};
+  a.num_seqs = 2;
+  a.seqlen = 64;
+  a.heads_v = 4;
+  a.group = 1;
+  auto set = [&](const uint16_t* base, int64_t head_stride, int64_t token_stride) {
+    a.q = a.k = a.g = base;
+    for (int64_t(*s)[3] : {&a.q_s, &a.k_s, &a.g_s}) {
+      (*s)[2] = head_stride;
+      (*s)[1] = token_stride;
+      (*s)[0] = 64 * token_stride;
+    }
+  };
+  sm90::RawMaps m{};
+  set(buf.data(), 128, 4 * 128);
+  EXPECT_TRUE(sm90::make_raw_maps<128>(a, m));
+  set(buf.data(), 136, 4 * 136);  // padded heads: 272-byte stride, still a multiple of 16
+  EXPECT_TRUE(sm90::make_raw_maps<128>(a, m));
+  set(buf.data(), 129, 4 * 129);
+  EXPECT_FALSE(sm90::make_raw_maps<128>(a, m));
+  set(buf.data(), 128, 4 * 128 + 4);
+  EXPECT_FALSE(sm90::make_raw_maps<128>(a, m));
+  set(buf.data() + 1, 128, 4 * 128);
+  EXPECT_FALSE(sm90::make_raw_maps<128>(a, m));
+}
 
 // The plan with checkpoints: without checkpoint_start (every start 0, no grid shifted) the same
 // segments and sizes as without checkpoints; with it, room for the shifted grids' extra chunks.

@@ -35,9 +35,11 @@
 
 #include <utility>
 
+#include "../common/bulk_copy.cuh"
 #include "../common/ptx.cuh"
 #include "kda_fwd_scheduler.cuh"
 #include "kda_fwd_traits.cuh"
+#include "kda_raw_maps.h"
 
 namespace flash_kda::cuda::sm90 {
 
@@ -85,8 +87,10 @@ struct StageSink {
 };
 
 // kSoftplus: the softplus gate's P2 and P3 (see above); false: the sigmoid gate, whose code is
-// unchanged by the other form.
-template <class Tr, bool kSoftplus = false>
+// unchanged by the other form. kTma (the preparation pass, where the host could make tensor maps of
+// q, k and g: kda_raw_maps.h): one thread loads a chunk's raw q, k, g tiles with three tensor copies
+// onto the raw buffer's mbarrier instead of every thread issuing cp.async.
+template <class Tr, bool kSoftplus = false, bool kTma = false>
 struct KdaProducer {
   using Smem = typename Tr::Smem;
   using Group = typename Tr::Group;
@@ -115,15 +119,22 @@ struct KdaProducer {
   const uint16_t *q_src[kQkgVecs], *k_src[kQkgVecs], *g_src[kQkgVecs], *v_src[kVVecs > 0 ? kVVecs : 1];
   const uint16_t* beta_src;
   int shift;  // w.shift, or 0 where the grid is never shifted (known at compile time there)
+  // kTma: the maps, and one mbarrier a raw buffer (the copies' bytes complete its phase)
+  const RawMaps* maps;
+  uint64_t* raw_full;
 
-  __device__ KdaProducer(const KdaFwdArgs& args, const WorkUnit& work, Group& group_smem, int group, int tid)
+  __device__ KdaProducer(const KdaFwdArgs& args, const WorkUnit& work, Group& group_smem, int group, int tid,
+                         const RawMaps* raw_maps = nullptr, uint64_t* raw_bars = nullptr)
       : a(args),
         w(work),
         grp(group_smem),
         gidx(group),
         ptid(tid),
         nchunks(int(chunk_count(work.len, Tr::kShiftedGrid ? work.shift : 0))),
-        shift(Tr::kShiftedGrid ? work.shift : 0) {
+        shift(Tr::kShiftedGrid ? work.shift : 0),
+        maps(raw_maps),
+        raw_full(raw_bars) {
+    static_assert(!kTma || (!Tr::kLoadV && Tr::kRawStages == 2), "tensor copies: the preparation pass's raw buffers");
     const int hq = w.hv / a.group;
     const uint16_t* q_base = a.q + w.row * a.q_s[0] + w.begin * a.q_s[1] + hq * a.q_s[2];
     const uint16_t* k_base = a.k + w.row * a.k_s[0] + w.begin * a.k_s[1] + hq * a.k_s[2];
@@ -151,6 +162,19 @@ struct KdaProducer {
   // group's raw buffer `buf` if i < limit; tokens past the end, and the virtual ones before the
   // first (w.shift), are zero-filled. Always commits one group.
   __device__ void load_raw(int i, int buf, int limit) {
+    if constexpr (kTma) {
+      // (int32 coordinates: the host makes no maps past 2^31 tokens; a chunk's box may start before
+      // the sequence, or reach past it or past the tensor: run_chunks zeroes those rows)
+      if (ptid == 0 && i < limit) {
+        typename Tr::Raw& raw = grp.raw[buf];
+        const int t = int(w.begin + int64_t(i) * C - shift), row = int(w.row), hq = w.hv / a.group;
+        mbarrier_arrive_expect_tx(&raw_full[buf], sizeof(raw.q) + sizeof(raw.k) + sizeof(raw.g));
+        tensor_copy_g2s_4d(raw.q, &maps->q, 0, hq, t, row, &raw_full[buf]);
+        tensor_copy_g2s_4d(raw.k, &maps->k, 0, hq, t, row, &raw_full[buf]);
+        tensor_copy_g2s_4d(raw.g, &maps->g, 0, w.hv, t, row, &raw_full[buf]);
+      }
+      return;
+    }
     if (i < limit) {
       typename Tr::Raw& raw = grp.raw[buf];
       const int64_t t0 = int64_t(i) * C - shift;  // the chunk's first token
@@ -174,6 +198,21 @@ struct KdaProducer {
       }
     }
     ptx::cp_async_commit();
+  }
+
+  // kTma: the rows of a landed raw buffer outside the sequence (before its start on a shifted grid,
+  // past its end: another sequence's tokens or the tensor's end) set to zeros, as cp.async's
+  // zero-fill leaves them. Rare (a sequence's first and last chunks); the fence orders these writes
+  // before the tensor copies that later reuse the buffer.
+  __device__ void zero_outside(typename Tr::Raw& raw, int64_t t0) const {
+    constexpr int kRowVecs = D / 8, kTileVecs = C * kRowVecs;  // 16-byte pieces
+#pragma unroll 1
+    for (int idx = ptid; idx < 3 * kTileVecs; idx += P) {
+      const int tile = idx / kTileVecs, t = (idx % kTileVecs) / kRowVecs, col = 8 * (idx % kRowVecs);
+      uint16_t(*rows)[D] = tile == 0 ? raw.q : tile == 1 ? raw.k : raw.g;
+      if (t0 + t < 0 || t0 + t >= w.len) *reinterpret_cast<uint4*>(&rows[t][col]) = make_uint4(0, 0, 0, 0);
+    }
+    fence_proxy_async_shared();
   }
 
   __device__ float load_beta(int i, int limit) const {
@@ -265,6 +304,12 @@ struct KdaProducer {
     const float gmul = gate_mul();
     const float dt_bias = a.dt_bias[w.hv * D + ptid];
     const float gadd = kSoftplus ? dt_bias : gmul * dt_bias;
+    if constexpr (kTma) {
+      if (ptid == 0) {
+        for (int b = 0; b < Tr::kRawStages; ++b) mbarrier_init(&raw_full[b], 1);
+      }
+      group_sync();  // the mbarriers are initialised
+    }
     load_raw(first, 0, limit);
     float beta_next = load_beta(first, limit);
     for (int n = 0, i = first; i < limit; ++n, i += step) {
@@ -273,7 +318,14 @@ struct KdaProducer {
       load_raw(i + step, (n + 1) % Tr::kRawStages, limit);
       const float beta_raw = beta_next;
       beta_next = load_beta(i + step, limit);
-      ptx::cp_async_wait<1>();
+      if constexpr (kTma) {
+        const int buf = n % Tr::kRawStages;
+        mbarrier_wait(&raw_full[buf], uint32_t(n / Tr::kRawStages) & 1);
+        const int64_t t0 = int64_t(i) * C - shift;
+        if (t0 < 0 || t0 + C > w.len) zero_outside(grp.raw[buf], t0);
+      } else {
+        ptx::cp_async_wait<1>();
+      }
       group_sync();  // chunk i's raw tiles are visible to the whole group
       prepare(grp.raw[n % Tr::kRawStages], i, beta_raw, gmul, gadd, sink_of(i), [&] { before_tiles(i); });
       done(i);

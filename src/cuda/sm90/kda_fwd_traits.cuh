@@ -180,6 +180,7 @@ struct KdaRaw {
 // Private to one producer group: its raw buffers and the tiles only the preparation reads.
 template <int kD, int kVRows, int kRawStages>
 struct KdaGroup {
+  using Raw = KdaRaw<kD, kVRows>;
   static constexpr int kChunk = KdaDims<kD>::kChunk, kDim = KdaDims<kD>::kDim;
   static constexpr int kPitchK = KdaDims<kD>::kPitchK;
   KdaRaw<kD, kVRows> raw[kRawStages];
@@ -269,10 +270,12 @@ struct KdaPrepTraits : KdaDims<kD> {
   };
   struct NoStash {};
   struct Smem {
-    Group group;
+    alignas(128) Group group;  // (its raw tiles are tensor copies' destinations: 128-byte aligned)
     Tiles tiles;
     std::conditional_t<kD == 128, PairStash, NoStash> stash;
+    uint64_t raw_full[kRawStages];  // with tensor maps: a raw buffer's copies landed
   };
+  static_assert(sizeof(typename Group::Raw) % 128 == 0, "every raw tile starts 128-byte aligned");
   static constexpr int kSmemBytes = sizeof(Smem);
   // (an SM has 228 KB of shared memory, 1 KB of it reserved per CTA)
   static_assert(kCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024, "kCtasPerSm CTAs fit an SM");

@@ -260,10 +260,12 @@ __device__ __forceinline__ void pair_epilogue(typename KdaPrepTraits<kD>::Smem& 
 
 // kD: the head dimension; kSoftplus: the softplus gate's producer (docs/spec.md, "Gate forms");
 // kPair: the pair format of 32-token steps (PairSink; prep_chunks is even, and a sequence's chunk
-// count is rounded up to even: a missing chunk b is all past the end, an exact identity).
-template <int kD, bool kSoftplus, bool kPair>
+// count is rounded up to even: a missing chunk b is all past the end, an exact identity); kTma: the
+// raw tiles arrive by tensor copies through `maps` (kda_raw_maps.h; unused otherwise).
+template <int kD, bool kSoftplus, bool kPair, bool kTma>
 __global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>::kCtasPerSm)
-    kda_prep_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p) {
+    kda_prep_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p,
+                    const __grid_constant__ RawMaps maps) {
   using Tr = KdaPrepTraits<kD>;
   FLASH_KDA_DYNAMIC_SMEM(smem_bytes);
   auto& sm = *reinterpret_cast<typename Tr::Smem*>(smem_bytes);
@@ -283,7 +285,7 @@ __global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>
   const int c0 = int(block) * p.prep_chunks, c1 = min(c0 + p.prep_chunks, nchunks);
   const float inv_scale = a.scale != 0.f ? 1.f / a.scale : 0.f;
   const uint32_t t_round = neg_t_rounding(a);
-  KdaProducer<Tr, kSoftplus> producer(a, w, sm.group, 0, threadIdx.x);
+  KdaProducer<Tr, kSoftplus, kTma> producer(a, w, sm.group, 0, threadIdx.x, &maps, sm.raw_full);
   if constexpr (kPair) {
     static_assert(!kSoftplus, "32-token steps are built for the sigmoid gate");
     float gamma_a = 1.f;  // this thread's channel: chunk a's decay, carried to chunk b

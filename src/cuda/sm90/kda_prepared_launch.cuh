@@ -35,12 +35,23 @@ cudaError_t launch_after_prior(void (*kernel)(Params...), int64_t ctas, int thre
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
+template <int kD, bool kSoftplus, bool kPair, bool kTma>
+cudaError_t launch_prep_with(const KdaFwdArgs& a, const PlanArgs& p, const RawMaps& maps, int64_t ctas,
+                             cudaStream_t stream) {
+  using Tr = KdaPrepTraits<kD>;
+  const cudaError_t e = raise_smem_limit<kda_prep_kernel<kD, kSoftplus, kPair, kTma>>(Tr::kSmemBytes);
+  if (e != cudaSuccess) return e;
+  return launch_after_prior(kda_prep_kernel<kD, kSoftplus, kPair, kTma>, ctas, Tr::kThreads, Tr::kSmemBytes, stream,
+                            a, p, maps);
+}
+
+// The raw tiles by tensor copies where the host can describe q, k and g to the TMA engine
+// (kda_raw_maps.h), else by cp.async: the same bytes land either way.
 template <int kD, bool kSoftplus, bool kPair = false>
 cudaError_t launch_prep_gate(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas, cudaStream_t stream) {
-  using Tr = KdaPrepTraits<kD>;
-  const cudaError_t e = raise_smem_limit<kda_prep_kernel<kD, kSoftplus, kPair>>(Tr::kSmemBytes);
-  if (e != cudaSuccess) return e;
-  return launch_after_prior(kda_prep_kernel<kD, kSoftplus, kPair>, ctas, Tr::kThreads, Tr::kSmemBytes, stream, a, p);
+  RawMaps maps;
+  if (make_raw_maps<kD>(a, maps)) return launch_prep_with<kD, kSoftplus, kPair, true>(a, p, maps, ctas, stream);
+  return launch_prep_with<kD, kSoftplus, kPair, false>(a, p, maps, ctas, stream);
 }
 
 template <class Tr, bool kCk>

@@ -60,10 +60,6 @@ struct HostPlan {
   // CTA, buffers) by_chain_variant launches.
   int64_t chain_seqs = 0;
   int chain_rows = 8, chain_bufs = 2;
-  // The late preparation (PlanArgs::late_ctas): where a sequence may be split in three or more
-  // segments, the last segment's chunks are prepared by one CTA an SM that runs beside the rest of
-  // the preparation and pass 1 (docs/kernel.md, "Pipeline"); 0: not used.
-  int late_ctas = 0;
   // Workspace layout (byte offsets from the aligned base).
   size_t off_table = 0, off_prepared = 0, off_segments = 0, bytes = 0;
 };
@@ -209,13 +205,10 @@ inline HostPlan make_plan(const FwdParams& p, int sm_count) {
   h.chain_bufs = chain_parts / 16 <= sm_count ? 2 : 1;
   h.prep_chunks = prep_chunks_for(h.max_chunks * HV, int64_t(sm_count) * dim.prep_ctas_per_sm, h.pair ? 2 : 1);
   h.slices3 = slices_for(std::max<int64_t>(h.max_extra, 1) * HV, sm_count, dim.max_slices);
-  // (where pass 1 runs CTAs of 128 rows at K = V = 128, whose ring leaves room for one
-  // preparation CTA: kda_prepared_launch.cuh checks it)
-  h.late_ctas = h.max_extra > 0 && h.slices1 == 1 && p.head_dim_k == 128 ? sm_count : 0;
 
-  // As plan_args() carves it: the device plan flag and the late preparation's count, begin, len,
-  // slot, zero_init, the prefix sums, then (checkpoints) shift and ck_first, each aligned.
-  const size_t table = align_up(2 * sizeof(int)) + 3 * align_up(N * sizeof(int64_t)) + align_up(N) +
+  // As plan_args() carves it: the device plan flag, begin, len, slot, zero_init, the prefix sums,
+  // then (checkpoints) shift and ck_first, each aligned.
+  const size_t table = align_up(sizeof(int)) + 3 * align_up(N * sizeof(int64_t)) + align_up(N) +
                        sm90::kSeqTableSums * align_up((N + 1) * sizeof(int64_t)) +
                        (checkpoints ? align_up(N * sizeof(int32_t)) + align_up(N * sizeof(int64_t)) : 0);
   h.off_table = 0;
@@ -236,16 +229,14 @@ inline sm90::PlanArgs plan_args(const HostPlan& h, const FwdParams& p) {
     t += align_up(bytes);
     return r;
   };
-  int* flags = reinterpret_cast<int*>(take(2 * sizeof(int)));
-  a.device_plan = h.device_decides ? flags : nullptr;
-  a.late_ctas = h.late_ctas;
-  a.late_done = h.late_ctas > 0 ? flags + 1 : nullptr;
+  int* device_plan = reinterpret_cast<int*>(take(sizeof(int)));
+  a.device_plan = h.device_decides ? device_plan : nullptr;
   a.seq.begin = reinterpret_cast<int64_t*>(take(N * sizeof(int64_t)));
   a.seq.len = reinterpret_cast<int64_t*>(take(N * sizeof(int64_t)));
   a.seq.slot = reinterpret_cast<int64_t*>(take(N * sizeof(int64_t)));
   a.seq.zero_init = take(N);
-  int64_t** sums[sm90::kSeqTableSums] = {&a.seq.chunk_off, &a.seq.prep_off,  &a.seq.extra_off, &a.seq.p1_off,
-                                         &a.seq.p3_off,    &a.seq.split_off, &a.seq.late_off};
+  int64_t** sums[sm90::kSeqTableSums] = {&a.seq.chunk_off, &a.seq.prep_off, &a.seq.extra_off,
+                                         &a.seq.p1_off,    &a.seq.p3_off,   &a.seq.split_off};
   for (int64_t** s : sums) *s = reinterpret_cast<int64_t*>(take((N + 1) * sizeof(int64_t)));
   a.seq.shift = nullptr;
   a.seq.ck_first = nullptr;
@@ -345,14 +336,6 @@ Status run_prepared(const HostPlan& h, sm90::KdaFwdArgs& a, const FwdParams& p, 
     a.device_plan = pa.device_plan;
     const Status st = launch.template fused<kD>(a, N * HV);  // returns at once unless chosen
     if (!st.ok()) return st;
-  }
-  // The late preparation first, so that its CTAs (one an SM) are resident before the main
-  // preparation fills the SMs: it lets the main one start at once (it needs nothing of it) and runs
-  // on beside it and pass 1; pass 3 waits for its count (PlanArgs::late_ctas).
-  if (e == decltype(e){} && pa.late_ctas > 0) {
-    sm90::PlanArgs late = pa;
-    late.prep_late = 1;
-    e = launch.template prep<kD>(a, late, pa.late_ctas);
   }
   if (e == decltype(e){} && prep_ctas > 0) e = launch.template prep<kD>(a, pa, prep_ctas);
   if (e == decltype(e){}) {

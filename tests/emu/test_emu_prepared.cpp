@@ -111,14 +111,11 @@ struct EmuLaunch {
 // pairs). chain_rows > 0 forces the chain's variant (rows a CTA, buffers), which the plan picks from
 // the CTA count.
 Status emulated_fwd(FwdParams p, int sm_count, std::vector<unsigned char>& workspace, int chain_rows = 0,
-                    int chain_bufs = 0, bool no_maps = false, int late_ctas = -1) {
+                    int chain_bufs = 0, bool no_maps = false) {
   p.backend = Backend::kCuda;
   normalise(p);
   HostPlan h = cuda::fwd_plan::make_plan(p, sm_count);
   if (chain_rows > 0) h.chain_rows = chain_rows, h.chain_bufs = chain_bufs;
-  // late_ctas >= 0 forces the late preparation's CTA count where a sequence may be split (0: none);
-  // the arithmetic does not depend on it (on the GPU the plan uses it only where it fits the SMs)
-  if (late_ctas >= 0 && h.max_extra > 0) h.late_ctas = late_ctas;
   // Poisoned: a kernel may read only what another wrote. (check() sizes it for the current device,
   // 132 SMs without one; the emulated plan's size for sm_count may differ.)
   workspace.assign(std::max(h.kind == FwdPlan::kFused ? size_t(0) : h.bytes, workspace_size(p)), 0xff);
@@ -472,73 +469,6 @@ TEST(EmulatedRawMaps, TensorCopiesAndCpAsyncAgreeBitForBit) {
   }
 }
 
-// The late preparation (the last segment of every sequence split in three or more, prepared by a
-// kernel beside the main preparation and pass 1) prepares each chunk with the same code: results bit
-// for bit those without it, whatever its CTA count, on fixed batches (pairs) and packed ones, with
-// checkpoints on shifted grids.
-TEST(EmulatedLatePreparation, ChangesNothingBitForBit) {
-  std::mt19937_64 rng(fresh_seed());
-  Config varlen;
-  varlen.seq_lens = {300, 0, 77, 190};
-  varlen.heads = 2;
-  Config fixed;
-  fixed.batch = 2;
-  fixed.seqlen = 300;
-  fixed.heads = 2;
-  struct Case {
-    const char* name;
-    Config cfg;
-    int walk;
-    int64_t segment_chunks;
-    bool checkpoints;
-  };
-  for (const Case& c : {Case{"fixed, pairs, L4", fixed, 32, 4, false}, Case{"fixed, 16-token, L3", fixed, 16, 3, false},
-                        Case{"varlen, L2, checkpoints", varlen, 16, 2, true},
-                        Case{"varlen, pairs, L4, checkpoints", varlen, 32, 4, true}}) {
-    const Problem pb(c.cfg, rng);
-    const int64_t columns = 6, slots = pb.N * columns, per_slot = pb.HV * pb.V * pb.K;
-    std::vector<int32_t> indices(static_cast<size_t>(slots));
-    for (size_t i = 0; i < indices.size(); ++i) indices[i] = int32_t(i);
-    std::vector<int64_t> starts(static_cast<size_t>(pb.N));
-    for (size_t n = 0; n < starts.size(); ++n) starts[n] = int64_t(7 + 16 * n);
-    auto call = [&](int late, Result& r, std::vector<float>& pool) {
-      r = poisoned_result(pb);
-      pool.assign(size_t(slots * per_slot), poison_f32());
-      FwdParams p = params_for(pb, Backend::kCuda, r);
-      p.plan = FwdPlan::kSplit;
-      p.segment_chunks = c.segment_chunks;
-      p.walk_tokens = c.walk;
-      if (c.checkpoints) {
-        p.checkpoint_interval = 32;
-        p.checkpoint_state = pool.data();
-        p.checkpoint_state_dtype = DType::kF32;
-        p.checkpoint_pool_size = slots;
-        p.checkpoint_indices = indices.data();
-        p.checkpoint_columns = columns;
-        p.checkpoint_start = starts.data();
-        p.checkpoint_start_dtype = DType::kI64;
-      }
-      std::vector<unsigned char> ws;
-      return emulated_fwd(p, 132, ws, 0, 0, false, late);
-    };
-    Result base;
-    std::vector<float> pool_base;
-    const Status s0 = call(0, base, pool_base);
-    ASSERT_TRUE(s0.ok()) << c.name << ": " << s0.message;
-    for (int late : {1, 5}) {
-      Result r;
-      std::vector<float> pool;
-      const Status s = call(late, r, pool);
-      ASSERT_TRUE(s.ok()) << c.name << ": " << s.message;
-      EXPECT_EQ(r.out, base.out) << c.name << ", " << late << " late CTAs";
-      ASSERT_EQ(r.final_state.bytes(), base.final_state.bytes());
-      EXPECT_EQ(std::memcmp(r.final_state.data(), base.final_state.data(), r.final_state.bytes()), 0) << c.name;
-      EXPECT_EQ(std::memcmp(pool.data(), pool_base.data(), pool.size() * 4), 0) << c.name;
-    }
-    for (uint16_t x : base.out) ASSERT_NE(x, kPoisonBf16) << c.name;  // (every token written)
-  }
-}
-
 // Which layouts get tensor maps: contiguous activations do; a head or token stride that is not a
 // multiple of 16 bytes, or a base address that is not 16-byte aligned, does not (the preparation
 // then loads by cp.async).
@@ -615,8 +545,7 @@ TEST_P(EmulatedPrepared, MatchesTheFloat64Reference) {
   p.segment_chunks = c.segment_chunks;
   p.walk_tokens = c.walk_tokens;
   std::vector<unsigned char> workspace;
-  // (every split case with the late preparation, 3 CTAs: several blocks each)
-  const Status s = emulated_fwd(p, c.sm_count, workspace, c.chain_rows, c.chain_bufs, false, 3);
+  const Status s = emulated_fwd(p, c.sm_count, workspace, c.chain_rows, c.chain_bufs);
   ASSERT_TRUE(s.ok()) << s.message;
   const std::vector<double> out = r.out_double(), out_ref = ref.out_double();
   ASSERT_TRUE(all_finite(out)) << "out not written everywhere (or not finite)";

@@ -50,14 +50,6 @@ inline void bar_arrive(int id, int count) {
 }
 // Programmatic dependent launch (below): nothing to wait for on the CPU, one kernel runs at a time.
 inline void wait_for_prior_grid() {}
-inline void allow_dependents() {}
-// A counter of finished CTAs (below): kernels run one after another here, so a wait that is not
-// already satisfied would never be.
-inline void count_done(int* counter) { ++*counter; }
-inline void wait_count(const int* counter, int target) {
-  if (*counter < target) emu::fail("wait_count: the counted kernel has not run");
-}
-inline void fence_proxy_async_global() {}
 // ex2.approx.ftz / rcp.approx.ftz: exact values, subnormal results flushed to zero
 inline float ftz(float x) { return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.f, x) : x; }
 inline float ex2(float x) { return ftz(std::exp2(ftz(x))); }
@@ -163,29 +155,6 @@ __device__ __forceinline__ void bar_arrive(int id, int count) {
 // blocks until that kernel has completed and its memory is visible (a no-op for a kernel launched
 // without the attribute).
 __device__ __forceinline__ void wait_for_prior_grid() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-// Lets the kernel launched after this one with the programmatic-serialization attribute be
-// scheduled once every CTA of this grid has called it or exited (it still finds this grid unfinished:
-// it must not wait for it in wait_for_prior_grid()).
-__device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
-
-// A count of finished CTAs across kernels that run concurrently: count_done() releases this
-// thread's (and, after a CTA barrier, its CTA's) earlier writes at GPU scope with the increment;
-// wait_count() returns once the count reaches `target`, acquiring them.
-__device__ __forceinline__ void count_done(int* counter) {
-  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // (cumulative: the CTA's writes before its barrier)
-  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
-}
-__device__ __forceinline__ void wait_count(const int* counter, int target) {
-  int v;
-  for (;;) {
-    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
-    if (v >= target) return;
-    __nanosleep(256);
-  }
-}
-// Orders this thread's earlier (generic-proxy) view of global memory before its later async-proxy
-// reads (bulk copies) of it.
-__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 __device__ __forceinline__ float ex2(float x) {
   float y;

@@ -306,11 +306,8 @@ struct KdaRecTraits : KdaDims<kD> {
     uint16_t v[kChunk][kVRows + 8];
   };
   // A consumer step is ~1 us and a load from HBM 1-2 us: as many chunks in flight as ~208 KB
-  // hold (12 with 64 rows, 13 with 16; 16 at kD = 64). With 8 consumer warps (pass 1 of a split
-  // plan) ~160 KB (8 with 16-token steps, 4 with pairs), so that one CTA of the late preparation
-  // fits the SM beside it (docs/kernel.md, "Pipeline").
-  static constexpr int kRingBytes = (kConsumerWarps == 8 ? 160 : 208) * 1024;
-  static constexpr int kStages = int(kRingBytes / sizeof(Stage)) < 16 ? int(kRingBytes / sizeof(Stage)) : 16;
+  // hold (11 with 128 rows, 14 with 16; 16 at kD = 64).
+  static constexpr int kStages = int((208 * 1024) / sizeof(Stage)) < 16 ? int((208 * 1024) / sizeof(Stage)) : 16;
   struct Smem {
     Stage stage[kStages];
     uint64_t full[kStages];   // the loader's copies landed (its 32 lanes' arrivals + transaction bytes)

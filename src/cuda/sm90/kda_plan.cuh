@@ -17,9 +17,6 @@
 //                                            rows P (the last segment needs neither)
 //   pass 3    m - 1                          segments 1 .. m-1 re-run from their true start states
 //   split     1 if m >= 3                    which sequences the chain kernel walks
-//   late      with the late preparation:     its blocks of the last segment's chunks (the other
-//             ceil((chunks - early) / pc)    prep blocks cover the first `early` chunks only:
-//                                            early_chunks())
 //
 // Segment j of a split sequence (j >= 1) owns slot extra_off[n] + j - 1 of the three segment-state
 // buffers: its true start state S_j, and (j <= m - 2) its R_j and P_j, with S_{j+1} = S_j P_j + R_j.
@@ -43,13 +40,12 @@ struct SeqTable {
   int64_t* p1_off;
   int64_t* p3_off;
   int64_t* split_off;
-  int64_t* late_off;  // preparation blocks of the last segment, for the late preparation (PlanArgs::late_ctas)
   // With checkpoints only (else nullptr): the sequence's grid shift (checkpoint_start[n] % 16) and
   // the tokens before its first checkpoint boundary, I - checkpoint_start[n] % I, in [1, I].
   int32_t* shift;
   int64_t* ck_first;
 };
-constexpr int kSeqTableSums = 7;  // chunk, prep, extra, p1, p3, split, late
+constexpr int kSeqTableSums = 6;  // chunk, prep, extra, p1, p3, split
 
 // Segment 0 of a split sequence: pass 1 runs it with output while the other parts only advance
 // rows (cheaper a chunk). On the rows of one CTA each (seg0_split 1) it is L0 = 3L/4 long, the best
@@ -85,23 +81,7 @@ struct PlanArgs {
   // 32-token steps (docs/kernel.md): chunks are prepared and walked in pairs; every sequence's
   // chunk count is rounded up to even in chunk_off, and L, L0 and prep_chunks are even.
   int pair;
-  // The late preparation (docs/kernel.md, "Pipeline"): late_ctas > 0 where the call prepares the last
-  // segment of every sequence split in three or more (no pass 1 reads it) in a kernel of late_ctas
-  // CTAs that runs beside the preparation of the rest and pass 1; each of its CTAs adds 1 to
-  // *late_done (zeroed by the plan kernel) when it is done, and pass 3 waits for late_ctas. prep_late
-  // is 1 in that kernel's own launch.
-  int late_ctas;
-  int prep_late;
-  int* late_done;
 };
-
-// The chunks of a sequence of `chunks` (walk) chunks that the main preparation prepares: all, or with
-// the late preparation those before its last segment (which covers [early, chunks)).
-__device__ __forceinline__ int64_t early_chunks(const PlanArgs& p, int64_t chunks) {
-  if (p.late_ctas == 0) return chunks;
-  const int64_t segs = segment_count(chunks, p.seg_chunks, p.seg0_chunks);
-  return segs >= 3 ? p.seg0_chunks + (segs - 2) * int64_t(p.seg_chunks) : chunks;
-}
 
 // The last n in [0, N) with off[n] <= r (off non-decreasing, off[0] = 0 <= r): a warp-wide search,
 // 32 pivots a step. Every lane of the warp must call it; all get the answer.

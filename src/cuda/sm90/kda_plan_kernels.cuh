@@ -86,9 +86,7 @@ __global__ void __launch_bounds__(1024)
       atomicMax(&longest, static_cast<unsigned long long>(chunks));
       const int64_t segs = segment_count(chunks, p.seg_chunks, p.seg0_chunks);
       v[0] = p.pair ? (chunks + 1) & ~int64_t(1) : chunks;  // (pairs: slots for a whole last pair)
-      const int64_t early = early_chunks(p, v[0]);  // (even with pairs: L0 and L are)
-      v[1] = (early + p.prep_chunks - 1) / p.prep_chunks;
-      v[6] = (v[0] - early + p.prep_chunks - 1) / p.prep_chunks;
+      v[1] = (v[0] + p.prep_chunks - 1) / p.prep_chunks;
       v[2] = segs - 1;
       v[3] = segs == 1 ? 1 : 2 * segs - 3 + (p.seg0_split - 1);
       v[4] = segs - 1;
@@ -97,16 +95,15 @@ __global__ void __launch_bounds__(1024)
     int64_t total[kSeqTableSums];
     block_exclusive_scan(v, total, warp_sums);
     if (n < a.num_seqs) {
-      int64_t* offs[kSeqTableSums] = {p.seq.chunk_off, p.seq.prep_off, p.seq.extra_off, p.seq.p1_off,
-                                      p.seq.p3_off,    p.seq.split_off, p.seq.late_off};
+      int64_t* offs[kSeqTableSums] = {p.seq.chunk_off, p.seq.prep_off, p.seq.extra_off,
+                                      p.seq.p1_off,    p.seq.p3_off,   p.seq.split_off};
       for (int q = 0; q < kSeqTableSums; ++q) offs[q][n] = carry[q] + v[q];
     }
     for (int q = 0; q < kSeqTableSums; ++q) carry[q] += total[q];
   }
   if (threadIdx.x == 0) {
-    int64_t* offs[kSeqTableSums] = {p.seq.chunk_off, p.seq.prep_off, p.seq.extra_off, p.seq.p1_off,
-                                    p.seq.p3_off,    p.seq.split_off, p.seq.late_off};
-    if (p.late_done != nullptr) *p.late_done = 0;  // (the late preparation starts after this kernel)
+    int64_t* offs[kSeqTableSums] = {p.seq.chunk_off, p.seq.prep_off, p.seq.extra_off,
+                                    p.seq.p1_off,    p.seq.p3_off,   p.seq.split_off};
     for (int q = 0; q < kSeqTableSums; ++q) offs[q][a.num_seqs] = carry[q];
     // Device-decided plan (a packed batch whose pairs fill the GPU): the fused kernel walks each
     // (sequence, head) alone, so it pays when no sequence is much longer than the balanced load

@@ -258,13 +258,31 @@ __device__ __forceinline__ void pair_epilogue(typename KdaPrepTraits<kD>::Smem& 
       make_float2(ptx::round_tf32_by(r.x, t_round), ptx::round_tf32_by(r.y, t_round));
 }
 
-// Prepares chunks [c0, c1) of sequence n, value head hv (w: its work unit) into the workspace.
+// kD: the head dimension; kSoftplus: the softplus gate's producer (docs/spec.md, "Gate forms");
+// kPair: the pair format of 32-token steps (PairSink; prep_chunks is even, and a sequence's chunk
+// count is rounded up to even: a missing chunk b is all past the end, an exact identity); kTma: the
+// raw tiles arrive by tensor copies through `maps` (kda_raw_maps.h; unused otherwise).
 template <int kD, bool kSoftplus, bool kPair, bool kTma>
-__device__ __forceinline__ void prepare_chunks(const KdaFwdArgs& a, const PlanArgs& p, const RawMaps& maps,
-                                               typename KdaPrepTraits<kD>::Smem& sm, const WorkUnit& w, int c0,
-                                               int c1) {
+__global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>::kCtasPerSm)
+    kda_prep_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p,
+                    const __grid_constant__ RawMaps maps) {
   using Tr = KdaPrepTraits<kD>;
-  const int n = w.seq, hv = w.hv;
+  FLASH_KDA_DYNAMIC_SMEM(smem_bytes);
+  auto& sm = *reinterpret_cast<typename Tr::Smem*>(smem_bytes);
+  // Launched after the previous kernel of the call (kda_prepared_launch.cuh), possibly before it has
+  // finished: nothing it wrote is read before the wait.
+  ptx::wait_for_prior_grid();
+  if (fused_chosen(a)) return;
+  const int hv = blockIdx.x % a.heads_v;
+  int n;
+  int64_t block;
+  // Every warp finds the sequence itself (the same answer): no broadcast, no extra barrier.
+  if (!locate(p.seq.prep_off, a.num_seqs, blockIdx.x / a.heads_v, n, block)) return;
+  const WorkUnit w = table_unit(a, p.seq, n, hv, 0);
+  if (w.skip) return;  // a padding sequence is never read
+  int nchunks = int(chunk_count(w.len, w.shift));
+  if constexpr (kPair) nchunks = (nchunks + 1) & ~1;
+  const int c0 = int(block) * p.prep_chunks, c1 = min(c0 + p.prep_chunks, nchunks);
   const float inv_scale = a.scale != 0.f ? 1.f / a.scale : 0.f;
   const uint32_t t_round = neg_t_rounding(a);
   KdaProducer<Tr, kSoftplus, kTma> producer(a, w, sm.group, 0, threadIdx.x, &maps, sm.raw_full);
@@ -295,68 +313,6 @@ __device__ __forceinline__ void prepare_chunks(const KdaFwdArgs& a, const PlanAr
         c0, 1, c1, [&](int i) { return WorkspaceSink<kD>{sm.tiles, base + i * stride, inv_scale, t_round}; }, [](int) {},
         [](int) {});
   }
-}
-
-// A sequence's walk chunks (pairs: rounded up to even, a missing chunk b being all past the end).
-template <bool kPair>
-__device__ __forceinline__ int64_t walk_chunks(const WorkUnit& w) {
-  const int64_t c = chunk_count(w.len, w.shift);
-  return kPair ? (c + 1) & ~int64_t(1) : c;
-}
-
-// kD: the head dimension; kSoftplus: the softplus gate's producer (docs/spec.md, "Gate forms");
-// kPair: the pair format of 32-token steps (PairSink; prep_chunks is even, and a sequence's chunk
-// count is rounded up to even: a missing chunk b is all past the end, an exact identity); kTma: the
-// raw tiles arrive by tensor copies through `maps` (kda_raw_maps.h; unused otherwise).
-// Two launches of it make a call's preparation (PlanArgs::late_ctas, docs/kernel.md "Pipeline"):
-// - the main one, one CTA a block of prep_chunks chunks of one (sequence, head), blocks of the chunks
-//   pass 1 reads (with the late one, a split sequence's last segment excluded: early_chunks());
-// - with p.prep_late, the late one, launched first and not as a dependent: late_ctas CTAs (one an SM)
-//   that let the main one be scheduled at once, then prepare the blocks of every split sequence's
-//   last segment in turn (block j, j + late_ctas, ...) beside the main one and pass 1, and count
-//   themselves done in *late_done (pass 3 waits for late_ctas).
-template <int kD, bool kSoftplus, bool kPair, bool kTma>
-__global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>::kCtasPerSm)
-    kda_prep_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p,
-                    const __grid_constant__ RawMaps maps) {
-  using Tr = KdaPrepTraits<kD>;
-  FLASH_KDA_DYNAMIC_SMEM(smem_bytes);
-  auto& sm = *reinterpret_cast<typename Tr::Smem*>(smem_bytes);
-  if (p.prep_late) {
-    // Launched after the plan kernel had completed (no programmatic dependence: nothing to wait for).
-    ptx::allow_dependents();
-    if (!fused_chosen(a)) {
-      for (int64_t j = blockIdx.x;; j += gridDim.x) {
-        const int hv = int(j % a.heads_v);
-        int n;
-        int64_t block;
-        if (!locate(p.seq.late_off, a.num_seqs, j / a.heads_v, n, block)) break;
-        const WorkUnit w = table_unit(a, p.seq, n, hv, 0);
-        if (w.skip) continue;  // (a padding sequence has no late blocks: its chunk count is 0)
-        const int64_t chunks = walk_chunks<kPair>(w);
-        const int c0 = int(early_chunks(p, chunks) + block * p.prep_chunks);
-        prepare_chunks<kD, kSoftplus, kPair, kTma>(a, p, maps, sm, w, c0, int(min(int64_t(c0) + p.prep_chunks, chunks)));
-      }
-    }
-    __syncthreads();  // every write of the CTA is before thread 0's release
-    if (threadIdx.x == 0) ptx::count_done(p.late_done);
-    return;
-  }
-  // Launched after the previous kernel of the call (kda_prepared_launch.cuh), possibly before it has
-  // finished: nothing it wrote is read before the wait. After the late preparation, which it does
-  // not wait for, the previous kernel is that one, and the plan kernel completed before it started.
-  if (p.late_ctas == 0) ptx::wait_for_prior_grid();
-  if (fused_chosen(a)) return;
-  const int hv = blockIdx.x % a.heads_v;
-  int n;
-  int64_t block;
-  // Every warp finds the sequence itself (the same answer): no broadcast, no extra barrier.
-  if (!locate(p.seq.prep_off, a.num_seqs, blockIdx.x / a.heads_v, n, block)) return;
-  const WorkUnit w = table_unit(a, p.seq, n, hv, 0);
-  if (w.skip) return;  // a padding sequence is never read
-  const int64_t early = early_chunks(p, walk_chunks<kPair>(w));
-  const int c0 = int(block) * p.prep_chunks;
-  prepare_chunks<kD, kSoftplus, kPair, kTma>(a, p, maps, sm, w, c0, int(min(int64_t(c0) + p.prep_chunks, early)));
 }
 
 }  // namespace flash_kda::cuda::sm90

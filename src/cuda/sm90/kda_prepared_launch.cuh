@@ -12,17 +12,6 @@
 
 namespace flash_kda::cuda::sm90 {
 
-// The late preparation's CTA (one an SM) and a pass-1 CTA of 128 rows fit one SM together (228 KB,
-// 1 KB reserved a CTA; 64 K registers): HostPlan::late_ctas is used only with those.
-template <class Rec>
-constexpr bool fits_beside_late_prep() {
-  using Prep = KdaPrepTraits<128>;
-  return Rec::kSmemBytes + 1024 + Prep::kSmemBytes + 1024 <= 228 * 1024 &&
-         Rec::kThreads * 168 + Prep::kThreads * 128 <= 64 * 1024;
-}
-static_assert(fits_beside_late_prep<KdaRecTraits<128, 8>>() && fits_beside_late_prep<KdaRecTraits<128, 8, true>>(),
-              "pass 1's CTA and a late preparation CTA share an SM");
-
 namespace prepared_launch {
 
 // Launches `kernel` allowed to start before the kernel ahead of it in the stream has finished
@@ -50,16 +39,10 @@ template <int kD, bool kSoftplus, bool kPair, bool kTma>
 cudaError_t launch_prep_with(const KdaFwdArgs& a, const PlanArgs& p, const RawMaps& maps, int64_t ctas,
                              cudaStream_t stream) {
   using Tr = KdaPrepTraits<kD>;
-  auto* kernel = kda_prep_kernel<kD, kSoftplus, kPair, kTma>;
-  // (the carveout at its maximum: the late preparation's CTAs share SMs with the main one's and
-  // with pass 1's)
-  const cudaError_t e = raise_smem_limit<kda_prep_kernel<kD, kSoftplus, kPair, kTma>>(Tr::kSmemBytes, true);
+  const cudaError_t e = raise_smem_limit<kda_prep_kernel<kD, kSoftplus, kPair, kTma>>(Tr::kSmemBytes);
   if (e != cudaSuccess) return e;
-  if (p.prep_late) {  // after the plan kernel has completed: an ordinary launch
-    kernel<<<dim3(unsigned(ctas)), dim3(Tr::kThreads), Tr::kSmemBytes, stream>>>(a, p, maps);
-    return cudaGetLastError();
-  }
-  return launch_after_prior(kernel, ctas, Tr::kThreads, Tr::kSmemBytes, stream, a, p, maps);
+  return launch_after_prior(kda_prep_kernel<kD, kSoftplus, kPair, kTma>, ctas, Tr::kThreads, Tr::kSmemBytes, stream,
+                            a, p, maps);
 }
 
 // The raw tiles by tensor copies where the host can describe q, k and g to the TMA engine
@@ -76,7 +59,7 @@ cudaError_t launch_prep_gate(const KdaFwdArgs& a, const PlanArgs& p, int64_t cta
 
 template <class Tr, bool kCk>
 cudaError_t launch_rec(const KdaFwdArgs& a, const PlanArgs& p, int pass, int64_t ctas, cudaStream_t stream) {
-  const cudaError_t e = raise_smem_limit<kda_rec_kernel<Tr, kCk>>(Tr::kSmemBytes, true);
+  const cudaError_t e = raise_smem_limit<kda_rec_kernel<Tr, kCk>>(Tr::kSmemBytes);
   if (e != cudaSuccess) return e;
   return launch_after_prior(kda_rec_kernel<Tr, kCk>, ctas, Tr::kThreads, Tr::kSmemBytes, stream, a, p, pass);
 }

@@ -224,14 +224,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   // Launched after the previous kernel of the call (kda_prepared_launch.cuh), possibly before it has
   // finished: nothing it wrote is read before the wait.
   ptx::wait_for_prior_grid();
-  // Pass 3 reads the last segments, which the late preparation (PlanArgs::late_ctas) prepares beside
-  // the main one and pass 1: wait for its count, in every CTA (so that this kernel completing implies
-  // it completed, also where the fused kernel was chosen and it had nothing to do).
-  if (pass == 3 && p.late_ctas > 0) {
-    if (threadIdx.x == 0) ptx::wait_count(p.late_done, p.late_ctas);
-    __syncthreads();
-    ptx::fence_proxy_async_global();  // (the loader's bulk copies read what it wrote)
-  }
   if (fused_chosen(a)) return;
   const int b = blockIdx.x, slice = b % p.slices, hv = (b / p.slices) % a.heads_v;
   int n;

@@ -1,0 +1,50 @@
+#!/bin/bash
+# device run 1 (session 16): A/B main (M) vs TMA raw loads (N), GPU tests of N, sanitizers, ncu of prep
+set -u
+S=$SECONDS
+O=/tmp/o; mkdir -p $O
+cd build-dev && tar -xJf bins2.tar.xz && cd ..
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader | tee $O/gpu.txt
+CASES="fixed12 h8_8k h4_64k fixed16 fixed32 long64k_32 mix20k fixed96 fixed64 fixed32_sp h8_8k_sp"
+echo "== GPU tests of N [$((SECONDS-S))s]"
+export FLASH_KDA_GPU_PLANS=auto,fused,prepared,split:1,split:4,prepared32,split32,split32:4
+for t in test_cuda_forward test_cuda_checkpoints test_cuda_prefill_pool; do
+  timeout 150 build-dev/L/$t > $O/$t.log 2>&1; echo "$t rc=$? $(grep -cE '^\[       OK' $O/$t.log) ok $(grep -cE 'FAIL' $O/$t.log) FAIL-lines"
+done
+echo "== A/B [$((SECONDS-S))s]"
+for r in 1 2 3; do
+  for b in M N L; do
+    [[ $((SECONDS-S)) -gt 420 ]] && break 2
+    build-dev/$b/kda_bench prefill --reps 10 --json $O/ab_${b}_$r.json $CASES > $O/ab_${b}_$r.txt 2>&1
+  done
+done
+echo "== sanitizers [$((SECONDS-S))s]"
+export FLASH_KDA_GPU_PLANS=auto,split:3,split32,prepared32
+for tool in memcheck racecheck; do
+  [[ $((SECONDS-S)) -gt 480 ]] && break
+  timeout 60 compute-sanitizer --tool $tool build-dev/L/test_cuda_sanitize --gtest_filter='*Forward*' > $O/san_$tool.log 2>&1
+  echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $O/san_$tool.log | tail -1)"
+done
+echo "== ncu [$((SECONDS-S))s]"
+for b in M N L; do
+  [[ $((SECONDS-S)) -gt 520 ]] && break
+  timeout 40 ncu --kernel-name regex:kda_prep --launch-count 1 --section SpeedOfLight build-dev/$b/kda_bench prefill --reps 1 fixed32 > $O/ncu_$b.txt 2>&1
+  grep -E 'Duration|L1/TEX Cache Throughput|Memory Throughput|DRAM Throughput' $O/ncu_$b.txt | sed "s/^/$b /"
+done
+python3 - <<'PY'
+import json,statistics,glob
+def load(b):
+    runs=[]
+    for f in sorted(glob.glob(f'/tmp/o/ab_{b}_*.json')):
+        try: runs.append({x['case']:x['ours_ms_median'] for x in json.load(open(f))})
+        except Exception as e: print('bad',f,e)
+    return runs
+R={b:load(b) for b in 'MNL'}
+print(f"{'case':<12} {'M ms':>8} {'N/M':>6} {'L/M':>6} L/M per-round")
+for k in (R['M'][0] if R['M'] else {}):
+    if not all(k in x for b in 'MNL' for x in R[b]): continue
+    med={b:statistics.median(x[k] for x in R[b]) for b in 'MNL'}
+    print(f"{k:<12} {med['M']:8.4f} {med['N']/med['M']:6.3f} {med['L']/med['M']:6.3f} "+" ".join(f"{c[k]/a[k]:.3f}" for a,c in zip(R['M'],R['L'])))
+PY
+echo "== done [$((SECONDS-S))s]"
+tar czf $OUT/all.tgz -C $O .

@@ -178,6 +178,22 @@ void make_reflections(Problem& pb, std::mt19937_64& rng) {
   for (uint16_t& b : pb.beta) b = float_to_bf16(bf16_to_float(b) + 6.0f);
 }
 
+// Checkpoints every 32 tokens into the fp32 pool `pool` of `slots` slots (slots `indices`, `columns` a
+// sequence), with the sequences' starts `starts` (nullptr: every start 0).
+void set_checkpoints(FwdParams& p, std::vector<float>& pool, int64_t slots, const std::vector<int32_t>& indices,
+                     int64_t columns, const int64_t* starts) {
+  p.checkpoint_interval = 32;
+  p.checkpoint_state = pool.data();
+  p.checkpoint_state_dtype = DType::kF32;
+  p.checkpoint_pool_size = slots;
+  p.checkpoint_indices = indices.data();
+  p.checkpoint_columns = columns;
+  if (starts != nullptr) {
+    p.checkpoint_start = starts;
+    p.checkpoint_start_dtype = DType::kI64;
+  }
+}
+
 std::ostream& operator<<(std::ostream& os, const EmuCase& c) { return os << c.name; }
 
 std::vector<EmuCase> emu_cases() {
@@ -328,16 +344,8 @@ TEST_P(EmulatedCheckpoints, MatchTheReferenceBackend) {
   auto call = [&](Backend backend, Result& r, std::vector<float>& pool, std::vector<unsigned char>* ws) {
     pool.assign(size_t(slots * per_slot), poison_f32());
     FwdParams p = params_for(pb, backend, r);
-    p.checkpoint_interval = 32;
-    p.checkpoint_state = pool.data();
-    p.checkpoint_state_dtype = DType::kF32;
-    p.checkpoint_pool_size = slots;
-    p.checkpoint_indices = indices.data();
-    p.checkpoint_columns = columns;
-    if (std::get<2>(GetParam())) {  // else every start is 0: unshifted grids, the plan without the bound
-      p.checkpoint_start = starts.data();
-      p.checkpoint_start_dtype = DType::kI64;
-    }
+    // (without starts every start is 0: unshifted grids, the plan without the bound)
+    set_checkpoints(p, pool, slots, indices, columns, std::get<2>(GetParam()) ? starts.data() : nullptr);
     p.plan = FwdPlan::kSplit;
     p.segment_chunks = std::get<0>(GetParam());
     p.walk_tokens = std::get<1>(GetParam());
@@ -424,16 +432,7 @@ TEST(EmulatedRawMaps, TensorCopiesAndCpAsyncAgreeBitForBit) {
       p.plan = FwdPlan::kSplit;
       p.segment_chunks = 4;
       p.walk_tokens = c.walk;
-      if (c.checkpoints) {
-        p.checkpoint_interval = 32;
-        p.checkpoint_state = pool.data();
-        p.checkpoint_state_dtype = DType::kF32;
-        p.checkpoint_pool_size = slots;
-        p.checkpoint_indices = indices.data();
-        p.checkpoint_columns = columns;
-        p.checkpoint_start = starts.data();
-        p.checkpoint_start_dtype = DType::kI64;
-      }
+      if (c.checkpoints) set_checkpoints(p, pool, slots, indices, columns, starts.data());
       if (backend != Backend::kCuda) {
         p.plan = FwdPlan::kAuto;
         p.segment_chunks = 0;

@@ -42,7 +42,6 @@ inline void bulk_copy_g2s(void* smem, const void* gmem, uint32_t bytes, uint64_t
   emu::mbarrier_check(m);
 }
 
-
 // A box of a tensor map (kda_raw_maps.h: the emulation's descriptor is EmuTensorMap, inside the
 // CUtensorMap's bytes): elements outside the tensor read as zeros, as the TMA engine fills them.
 inline void tensor_copy_g2s_4d(void* smem, const CUtensorMap* map, int c0, int c1, int c2, int c3, uint64_t* bar) {
@@ -134,7 +133,6 @@ __device__ __forceinline__ void bulk_copy_g2s(void* smem, const void* gmem, uint
       "l"(gmem), "r"(bytes), "r"(smem_address(bar))
       : "memory");
 }
-
 
 // Copies the box of `map` at element coordinates (c0, c1, c2, c3) (innermost first; a box reaching
 // outside the tensor reads zeros there) into this CTA's shared memory at `smem` (128-byte aligned),

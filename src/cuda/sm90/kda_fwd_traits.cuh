@@ -183,7 +183,7 @@ struct KdaGroup {
   using Raw = KdaRaw<kD, kVRows>;
   static constexpr int kChunk = KdaDims<kD>::kChunk, kDim = KdaDims<kD>::kDim;
   static constexpr int kPitchK = KdaDims<kD>::kPitchK;
-  KdaRaw<kD, kVRows> raw[kRawStages];
+  Raw raw[kRawStages];
   float k_bar[kChunk][kPitchK];  // k_hat_s * 2^{-G_s} (A and M only); the softplus gate: partial sums of A, M
   float l_t[kChunk][kChunk];     // L^T with L = diag(beta) * strict_lower(A)
   float rq[kChunk];              // scale / ||q_t||

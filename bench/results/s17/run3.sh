@@ -3,6 +3,7 @@
 # GPU decode tests of D, memcheck/racecheck of D's decode, the decode benchmark of N and D alternating;
 # then from N: the checkpoint cost (issue 14 item 2) and a segment-length sweep of fixed32 / long64k_32.
 set -u
+exec > >(tee $OUT/log.txt) 2>&1   # (what ran so far comes back even if the call is cut short)
 S=$SECONDS
 O=/tmp/o; mkdir -p $O
 (cd build-dev && tar -xJf nd.tar.xz)
@@ -11,13 +12,14 @@ echo "== decode tests of D [$((SECONDS-S))s]"
 timeout 90 build-dev/D/test_cuda_decode > $O/test_cuda_decode.log 2>&1; echo "rc=$? $(grep -c ' ok' $O/test_cuda_decode.log) ok $(grep -ciE 'fail' $O/test_cuda_decode.log) fail-lines"
 grep -iE "fail" $O/test_cuda_decode.log | head -5
 for tool in memcheck racecheck; do
-  timeout 45 compute-sanitizer --tool $tool build-dev/D/test_cuda_sanitize --gtest_filter='*Decode*' > $O/san_$tool.log 2>&1
+  [[ $((SECONDS-S)) -gt 60 ]] && break
+  timeout 40 compute-sanitizer --tool $tool build-dev/D/test_cuda_sanitize --gtest_filter='*Decode*' > $O/san_$tool.log 2>&1
   echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $O/san_$tool.log | tail -1)"
 done
 echo "== decode A/B [$((SECONDS-S))s]"
 for r in 1 2 3; do
   for b in N D; do
-    [[ $((SECONDS-S)) -gt 170 ]] && break 2
+    [[ $((SECONDS-S)) -gt 130 ]] && break 2
     build-dev/$b/kda_bench decode --reps 30 --json $O/dec_${b}_$r.json > $O/dec_${b}_$r.txt 2>&1
   done
 done
@@ -38,7 +40,7 @@ B=build-dev/N/kda_bench
 CK="fixed96 fixed32 fixed16 fixed12 h8_8k h4_64k"
 echo "== checkpoint cost [$((SECONDS-S))s]"
 for r in 1 2; do
-  [[ $((SECONDS-S)) -gt 210 ]] && break
+  [[ $((SECONDS-S)) -gt 160 ]] && break
   $B prefill --reps 10 --json $O/ck0_$r.json $CK > $O/ck0_$r.txt 2>&1
   $B prefill --reps 10 --ckpt 1024 --json $O/ck1024_$r.json $CK > $O/ck1024_$r.txt 2>&1
 done
@@ -52,8 +54,8 @@ for k in (ra[0] if n else {}):
     print(f"{k:<12} none {a:.4f}  ckpt1024 {b:.4f}  ratio {b/a:.3f}  rounds "+" ".join(f"{y[k]/x[k]:.3f}" for x,y in zip(ra,rb)))
 PY
 echo "== segment length sweep [$((SECONDS-S))s]"
-[[ $((SECONDS-S)) -lt 240 ]] && $B prefill --reps 10 --plans auto,split32:144,split32:168,split32:200,split32:232,split32:256 fixed32 > $O/sweep_fixed32.txt 2>&1
-[[ $((SECONDS-S)) -lt 250 ]] && $B prefill --reps 5 --plans auto,split32:1200,split32:1360,split32:1600,split32:1800,split32:2048 long64k_32 > $O/sweep_long.txt 2>&1
+[[ $((SECONDS-S)) -lt 185 ]] && $B prefill --reps 10 --plans auto,split32:144,split32:168,split32:200,split32:232,split32:256 fixed32 > $O/sweep_fixed32.txt 2>&1
+[[ $((SECONDS-S)) -lt 170 ]] && $B prefill --reps 5 --plans auto,split32:1200,split32:1360,split32:1600,split32:1800,split32:2048 long64k_32 > $O/sweep_long.txt 2>&1
 grep -hE "^(fixed32|long64k_32) " $O/sweep_*.txt
 echo "== done [$((SECONDS-S))s]"
 tar czf $OUT/all.tgz -C $O .

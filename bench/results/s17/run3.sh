@@ -11,15 +11,10 @@ nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader | tee $O/gpu.txt
 echo "== decode tests of D [$((SECONDS-S))s]"
 timeout 90 build-dev/D/test_cuda_decode > $O/test_cuda_decode.log 2>&1; echo "rc=$? $(grep -c ' ok' $O/test_cuda_decode.log) ok $(grep -ciE 'fail' $O/test_cuda_decode.log) fail-lines"
 grep -iE "fail" $O/test_cuda_decode.log | head -5
-for tool in memcheck racecheck; do
-  [[ $((SECONDS-S)) -gt 60 ]] && break
-  timeout 40 compute-sanitizer --tool $tool build-dev/D/test_cuda_sanitize --gtest_filter='*Decode*' > $O/san_$tool.log 2>&1
-  echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $O/san_$tool.log | tail -1)"
-done
 echo "== decode A/B [$((SECONDS-S))s]"
 for r in 1 2 3; do
   for b in N D; do
-    [[ $((SECONDS-S)) -gt 130 ]] && break 2
+    [[ $((SECONDS-S)) -gt 75 ]] && break 2
     build-dev/$b/kda_bench decode --reps 30 --json $O/dec_${b}_$r.json > $O/dec_${b}_$r.txt 2>&1
   done
 done
@@ -36,6 +31,11 @@ if n:
         mn,md=statistics.median(tn),statistics.median(td)
         print(f"{c:<20} {mn:8.4f} {md:8.4f} {md/mn:6.3f} {mn/fl if fl else 0:8.2f} {md/fl if fl else 0:8.2f}  "+" ".join(f"{d/a:.3f}" for a,d in zip(tn,td)))
 PY
+for tool in memcheck racecheck; do
+  [[ $((SECONDS-S)) -gt 110 ]] && break
+  timeout 40 compute-sanitizer --tool $tool build-dev/D/test_cuda_sanitize --gtest_filter='*Decode*' > $O/san_$tool.log 2>&1
+  echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $O/san_$tool.log | tail -1)"
+done
 B=build-dev/N/kda_bench
 CK="fixed96 fixed32 fixed16 fixed12 h8_8k h4_64k"
 echo "== checkpoint cost [$((SECONDS-S))s]"

@@ -251,13 +251,10 @@ struct KdaPrepTraits : KdaDims<kD> {
   static constexpr bool kShiftedGrid = true;  // WorkUnit::shift may be nonzero (checkpoints)
   static constexpr int kProducerGroups = 1;
   static constexpr int kThreads = kGroupThreads;
-  // kD = 128: five CTAs an SM (96 registers a thread, ~43 KB of shared memory a CTA), which leaves
-  // room for one raw buffer a CTA: the next chunk's copies are issued once this chunk's tiles are
-  // made (KdaProducer::run_chunks). A CTA alone takes about as long a chunk as one of four sharing an
-  // SM (docs/perf_log.md, session 17): the pass's rate grows with its CTAs an SM. kD = 64: CTAs of
-  // 64 threads and ~28 KB, 8 an SM, two raw buffers.
-  static constexpr int kRawStages = kD == 128 ? 1 : 2;
-  static constexpr int kCtasPerSm = kD == 128 ? 5 : 8;
+  static constexpr int kRawStages = 2;
+  // kD = 128: 128 registers a thread, ~52 KB of shared memory a CTA. kD = 64: CTAs of 64 threads
+  // and ~28 KB, twice as many: the same 16 warps and 128 registers a thread.
+  static constexpr int kCtasPerSm = kD == 128 ? 4 : 8;
   static constexpr int kBarGroup0 = 1;
   using Raw = KdaRaw<kD, 0>;
   using Group = KdaGroup<kD, 0, kRawStages>;

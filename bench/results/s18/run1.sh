@@ -1,10 +1,11 @@
 #!/bin/bash
-# device run 1 (session 18): two candidates against main in one call, binaries built on the
+# device run 1 (session 18): three candidates against main in one call, binaries built on the
 # development machine and carried as build-dev/npd.tar.xz (N = main's kda_bench; P = 4406b3a, the
-# preparation at five CTAs an SM; D = 92cc729, the two-pass bf16 decode; README.md here says how).
-#  1. GPU tests of P under every plan, then N and P alternating on the prefill cases (medians);
+# preparation at five CTAs an SM; F = main + the chain folded into pass 3 at three segments;
+# D = 92cc729, the two-pass bf16 decode; README.md here says how).
+#  1. GPU tests of P and F under every plan, then N, P and F alternating on the prefill cases;
 #  2. GPU decode tests of D, N and D alternating on the decode cases;
-#  3. memcheck / racecheck of P's forward and D's decode; ncu of P's kernels on fixed32;
+#  3. memcheck / racecheck of P's and F's forward and D's decode;
 #  4. the checkpoint cost from N (`--ckpt 1024` against none), two rounds.
 set -u
 exec > >(tee $OUT/log.txt) 2>&1   # (what ran comes back even if the call is cut short)
@@ -14,28 +15,30 @@ t() { echo "[$((SECONDS-S))s]"; }
 (cd build-dev && tar -xJf npd.tar.xz)
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader | tee $O/gpu.txt
 CASES="fixed12 h8_8k h4_64k fixed16 fixed32 long64k_32 mix20k fixed96 fixed64 b16x2048_32 fixed32_sp"
-echo "== GPU tests of P $(t)"
 export FLASH_KDA_GPU_PLANS=auto,fused,prepared,split:1,split:4,prepared32,split32,split32:4
-for x in test_cuda_forward test_cuda_checkpoints test_cuda_prefill_pool; do
-  timeout 150 build-dev/P/$x > $O/$x.log 2>&1
-  echo "$x rc=$? $(grep -cE '^\[       OK' $O/$x.log) ok $(grep -cE 'FAIL' $O/$x.log) FAIL-lines"
+for b in P F; do
+  echo "== GPU tests of $b $(t)"
+  for x in test_cuda_forward test_cuda_checkpoints test_cuda_prefill_pool; do
+    timeout 120 build-dev/$b/$x > $O/${b}_$x.log 2>&1
+    echo "$b $x rc=$? $(grep -cE '^\[       OK' $O/${b}_$x.log) ok $(grep -cE 'FAIL' $O/${b}_$x.log) FAIL-lines"
+  done
+  grep -hE 'FAIL|Failure' $O/${b}_test_cuda_*.log | head -10
 done
-grep -hE 'FAIL|Failure' $O/test_cuda_*.log | head -10
 unset FLASH_KDA_GPU_PLANS
 echo "== decode tests of D $(t)"
 timeout 90 build-dev/D/test_cuda_decode > $O/test_cuda_decode.log 2>&1
 echo "test_cuda_decode rc=$? $(grep -cE '^\[       OK' $O/test_cuda_decode.log) ok $(grep -cE 'FAIL' $O/test_cuda_decode.log) FAIL-lines"
-echo "== prefill A/B, N and P alternating $(t)"
+echo "== prefill A/B, N, P and F alternating $(t)"
 for r in 1 2 3; do
-  for b in N P; do
-    [[ $((SECONDS-S)) -gt 300 ]] && break 2
+  for b in N P F; do
+    [[ $((SECONDS-S)) -gt 340 ]] && break 2
     build-dev/$b/kda_bench prefill --reps 10 --json $O/ab_${b}_$r.json $CASES > $O/ab_${b}_$r.txt 2>&1
   done
 done
 echo "== decode A/B, N and D alternating $(t)"
 for r in 1 2 3; do
   for b in N D; do
-    [[ $((SECONDS-S)) -gt 370 ]] && break 2
+    [[ $((SECONDS-S)) -gt 400 ]] && break 2
     build-dev/$b/kda_bench decode --reps 30 --json $O/dec_${b}_$r.json > $O/dec_${b}_$r.txt 2>&1
   done
 done
@@ -48,7 +51,7 @@ def load(tag):
         try: runs.append({x['case']: x for x in json.load(open(f))})
         except Exception as e: print('bad', f, e)
     return runs
-for kind, a, b in (('ab', 'N', 'P'), ('dec', 'N', 'D')):
+for kind, a, b in (('ab', 'N', 'P'), ('ab', 'N', 'F'), ('dec', 'N', 'D')):
     ra, rb = load(f'{kind}_{a}'), load(f'{kind}_{b}')
     n = min(len(ra), len(rb))
     if not n: continue
@@ -63,21 +66,18 @@ for kind, a, b in (('ab', 'N', 'P'), ('dec', 'N', 'D')):
 PY
 echo "== sanitizers $(t)"
 for tool in memcheck racecheck; do
-  [[ $((SECONDS-S)) -gt 430 ]] && break
-  FLASH_KDA_GPU_PLANS=auto,split:3,split32,prepared32 timeout 45 compute-sanitizer --tool $tool build-dev/P/test_cuda_sanitize --gtest_filter='*Forward*' > $O/san_P_$tool.log 2>&1
-  echo "P $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $O/san_P_$tool.log | tail -1)"
-  timeout 30 compute-sanitizer --tool $tool build-dev/D/test_cuda_sanitize --gtest_filter='*Decode*' > $O/san_D_$tool.log 2>&1
+  [[ $((SECONDS-S)) -gt 440 ]] && break
+  for b in P F; do
+    FLASH_KDA_GPU_PLANS=auto,split:3,split32,prepared32 timeout 30 compute-sanitizer --tool $tool build-dev/$b/test_cuda_sanitize --gtest_filter='*Forward*' > $O/san_${b}_$tool.log 2>&1
+    echo "$b $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $O/san_${b}_$tool.log | tail -1)"
+  done
+  timeout 20 compute-sanitizer --tool $tool build-dev/D/test_cuda_sanitize --gtest_filter='*Decode*' > $O/san_D_$tool.log 2>&1
   echo "D $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $O/san_D_$tool.log | tail -1)"
 done
-echo "== ncu of P, fixed32 $(t)"
-if [[ $((SECONDS-S)) -lt 470 ]]; then
-  timeout 40 ncu --launch-count 12 --section SpeedOfLight build-dev/P/kda_bench prefill --reps 1 fixed32 > $O/ncu_P.txt 2>&1
-  grep -E '^  [a-z].*Context|Duration' $O/ncu_P.txt | sed -E 's/\(cuda::KdaFwdArgs.*//; s/^ +//; s/ +/ /g' | paste -sd' ' | sed 's/ Duration us/:/g; s/ void /\n/g' | tail -7
-fi
 echo "== checkpoint cost (N) $(t)"
 CK="fixed96 fixed32 fixed16 fixed12 h8_8k h4_64k"
 for r in 1 2; do
-  [[ $((SECONDS-S)) -gt 530 ]] && break
+  [[ $((SECONDS-S)) -gt 520 ]] && break
   build-dev/N/kda_bench prefill --reps 10 --json $O/ck0_$r.json $CK > $O/ck0_$r.txt 2>&1
   build-dev/N/kda_bench prefill --reps 10 --ckpt 1024 --json $O/ck1024_$r.json $CK > $O/ck1024_$r.txt 2>&1
 done

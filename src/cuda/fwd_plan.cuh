@@ -60,9 +60,6 @@ struct HostPlan {
   // CTA, buffers) by_chain_variant launches.
   int64_t chain_seqs = 0;
   int chain_rows = 8, chain_bufs = 2;
-  // No sequence has more than three segments: pass 3 composes S_2 itself, no chain kernel
-  // (PlanArgs::fold_chain).
-  bool fold_chain = false;
   // Workspace layout (byte offsets from the aligned base).
   size_t off_table = 0, off_prepared = 0, off_segments = 0, bytes = 0;
 };
@@ -203,10 +200,6 @@ inline HostPlan make_plan(const FwdParams& p, int sm_count) {
   // The chain: 8 rows a CTA with two buffers (one CTA an SM) where its CTAs fit the SMs, else 16
   // rows with two, else 16 rows with one (two CTAs an SM; more than 2 SMs' worth runs in waves).
   h.chain_seqs = h.max_extra == 0 ? 0 : p.cu_seqlens ? std::min<int64_t>(N, h.max_extra / 2) : N;
-  // Three segments at most (the longest sequence's count bounds every one's; a split sequence has at
-  // least three): the chain's one step is folded into pass 3 (docs/kernel.md, "The chain").
-  h.fold_chain = h.max_extra > 0 && sm90::segment_count(longest, h.seg_chunks, h.seg0_chunks) <= 3;
-  if (h.fold_chain) h.chain_seqs = 0;
   const int64_t chain_parts = h.chain_seqs * HV * (p.head_dim_k == 64 ? 64 : 128);  // rows in all
   h.chain_rows = chain_parts / 8 <= sm_count ? 8 : 16;
   h.chain_bufs = chain_parts / 16 <= sm_count ? 2 : 1;
@@ -260,7 +253,6 @@ inline sm90::PlanArgs plan_args(const HostPlan& h, const FwdParams& p) {
   a.seg0_split = h.seg0_split;
   a.prep_chunks = h.prep_chunks;
   a.pair = h.pair ? 1 : 0;
-  a.fold_chain = h.fold_chain ? 1 : 0;
   return a;
 }
 

@@ -263,25 +263,6 @@ std::vector<EmuCase> emu_cases() {
     cases.push_back({"split16_L2_varlen_weak_decay" + v, chain_varlen, FwdPlan::kSplit, 2, 16, 132, false, rows, bufs});
     cases.push_back({"split_L3_d64_weak_decay" + v, chain_d64, FwdPlan::kSplit, 3, 0, 132, false, rows, bufs});
   }
-  // Three segments at most: no chain kernel, pass 3 composes S_2 = S_1 P_1 + R_1 itself
-  // (PlanArgs::fold_chain; the plan folds only where its bound on every sequence's chunks -- with
-  // cu_seqlens, the packed length's -- allows no more than three). Weak decay, so that S_1 P_1 weighs
-  // on segment 2. Fixed: 19 chunks at L = 8 (L0 = 10). Packed: 14 chunks in all, the 13-chunk
-  // sequence split at L = 5 (L0 = 4; pairs L = 6, L0 = 4), the short ones not.
-  Config three_fixed = fixed, three_varlen = varlen;
-  three_fixed.g_offset = three_varlen.g_offset = -4.0f;
-  three_varlen.seq_lens = {200, 0, 10, 5};
-  Config three_d64 = three_varlen, three_bf16 = three_varlen;
-  three_d64.head_dim_k = three_d64.head_dim_v = 64;
-  three_bf16.state_dtype = DType::kBF16;
-  three_bf16.has_initial = false;
-  for (int walk : {16, 32}) {
-    const std::string w = std::to_string(walk);
-    cases.push_back({"split" + w + "_L8_fixed_weak_decay_three_segments_16sm", three_fixed, FwdPlan::kSplit, 8, walk, 16});
-    cases.push_back({"split" + w + "_L5_varlen_weak_decay_three_segments", three_varlen, FwdPlan::kSplit, 5, walk, 132});
-    cases.push_back({"split" + w + "_L5_bf16_zero_start_three_segments", three_bf16, FwdPlan::kSplit, 5, walk, 132});
-  }
-  cases.push_back({"split_L5_d64_weak_decay_three_segments", three_d64, FwdPlan::kSplit, 5, 0, 132});
   cases.push_back({"prepared_d64", d64, FwdPlan::kPrepared, 0, 0, 16});
   // The fused kernel, and the plan the device decides (a packed batch that fills 8 SMs: the plan
   // kernel picks the fused kernel or the split plan from the lengths, both are launched).
@@ -548,41 +529,6 @@ TEST(EmulatedPlan, CheckpointsWithoutStartsPlanAsWithout) {
     }
 }
 
-// The chain is folded into pass 3 exactly where no sequence can have more than three segments: the
-// serving shapes at H = 32 (m = 3 on 132 SMs) fold, those with fewer heads (more segments) and a
-// forced short segment do not; a packed batch folds by its packed length's bound.
-TEST(EmulatedPlan, ChainFoldedIntoPassThreeAtThreeSegments) {
-  auto plan = [](int64_t heads, int64_t seqlen, int64_t segment_chunks, const int32_t* cu) {
-    FwdParams p{};
-    p.backend = Backend::kCuda;
-    p.batch = 1;
-    p.seqlen = seqlen;
-    p.heads = p.heads_v = heads;
-    p.head_dim_k = p.head_dim_v = 128;
-    p.plan = FwdPlan::kSplit;
-    p.segment_chunks = segment_chunks;
-    if (cu != nullptr) p.cu_seqlens = cu, p.num_seqs = 2, p.cu_seqlens_dtype = DType::kI32;
-    return cuda::fwd_plan::make_plan(p, 132);
-  };
-  for (int64_t seqlen : {8192, 65536}) {
-    const HostPlan h = plan(32, seqlen, 0, nullptr);
-    const int64_t segs = sm90::segment_count((seqlen + 15) / 16, h.seg_chunks, h.seg0_chunks);
-    EXPECT_EQ(segs, 3) << "T " << seqlen;
-    EXPECT_TRUE(h.fold_chain) << "T " << seqlen;
-    EXPECT_EQ(h.chain_seqs, 0) << "T " << seqlen;
-  }
-  for (int64_t heads : {4, 8, 16}) {
-    const HostPlan h = plan(heads, 8192, 0, nullptr);
-    EXPECT_GT(sm90::segment_count(512, h.seg_chunks, h.seg0_chunks), 3) << "H " << heads;
-    EXPECT_FALSE(h.fold_chain) << "H " << heads;
-    EXPECT_GT(h.chain_seqs, 0) << "H " << heads;
-  }
-  EXPECT_FALSE(plan(32, 8192, 64, nullptr).fold_chain);  // 8 segments
-  EXPECT_FALSE(plan(32, 8192, 600, nullptr).fold_chain);  // not split at all
-  const int32_t cu[3] = {0, 6000, 8192};
-  EXPECT_TRUE(plan(32, 8192, 0, cu).fold_chain);
-}
-
 class EmulatedPrepared : public SeededTest, public ::testing::WithParamInterface<EmuCase> {};
 
 TEST_P(EmulatedPrepared, MatchesTheFloat64Reference) {
@@ -597,11 +543,6 @@ TEST_P(EmulatedPrepared, MatchesTheFloat64Reference) {
   p.plan = c.plan;
   p.segment_chunks = c.segment_chunks;
   p.walk_tokens = c.walk_tokens;
-  if (c.name.find("three_segments") != std::string::npos) {  // (these cases are there for the folded chain)
-    FwdParams q = p;
-    normalise(q);
-    EXPECT_TRUE(cuda::fwd_plan::make_plan(q, c.sm_count).fold_chain) << c.name;
-  }
   std::vector<unsigned char> workspace;
   const Status s = emulated_fwd(p, c.sm_count, workspace, c.chain_rows, c.chain_bufs);
   ASSERT_TRUE(s.ok()) << s.message;

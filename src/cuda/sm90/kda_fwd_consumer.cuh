@@ -659,7 +659,6 @@ struct KdaConsumer {
         m{warp, ln, ln >> 2, ln & 3, rows.has_v, args.scale, exact_neg_t(args)} {}
 
   __device__ void load_state(float (&S)[kTiles][4]) const {
-    if (io.compose_p != nullptr) return compose_state(S);
     if (io.init == nullptr) {
       // Zeros, or the identity: row r of the slice is e_r (the transition rows start as I).
       const int r0 = io.row0 + cwarp * 16 + g;
@@ -686,40 +685,6 @@ struct KdaConsumer {
         const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(s + o0));
         const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(s + o1));
         S[j][0] = lo.x, S[j][1] = lo.y, S[j][2] = hi.x, S[j][3] = hi.y;
-      }
-    }
-  }
-
-  // This warp's rows of S_2 = S_1 P_1 + R_1 (RowsIO::compose_p; all fp32 in the workspace): S starts
-  // as R_1's rows, then S_1 P_1 is added by tf32 MMAs in which the state's accumulator layout is
-  // exactly the C fragment (rows g, g + 8; columns 8 j + 2 t4, + 1). Each operand is taken in two
-  // terms, its tf32 truncation (what the MMA reads of it) and the rest (tf32_rest, exact), and the
-  // three products but rest x rest are summed, small ones first: the error is ~2^-20 relative a
-  // product, fp32 FMA's order (docs/kernel.md, "The chain").
-  __device__ void compose_state(float (&S)[kTiles][4]) const {
-    const int64_t base = io.init_offset + int64_t(cwarp) * 16 * D;
-    const float* s1 = static_cast<const float*>(io.init) + base;
-    const float* r1 = io.compose_r + base;
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      const int o0 = g * D + 8 * j + 2 * t4, o1 = o0 + 8 * D;
-      const float2 lo = *reinterpret_cast<const float2*>(r1 + o0), hi = *reinterpret_cast<const float2*>(r1 + o1);
-      S[j][0] = lo.x, S[j][1] = lo.y, S[j][2] = hi.x, S[j][3] = hi.y;
-    }
-#pragma unroll 1
-    for (int k = 0; k < D; k += 8) {
-      // A fragment: rows g, g + 8 of S_1 at columns k + t4, k + t4 + 4
-      const float x[4] = {s1[g * D + k + t4], s1[(g + 8) * D + k + t4], s1[g * D + k + t4 + 4],
-                          s1[(g + 8) * D + k + t4 + 4]};
-      const float xr[4] = {ptx::tf32_rest(x[0]), ptx::tf32_rest(x[1]), ptx::tf32_rest(x[2]), ptx::tf32_rest(x[3])};
-      // B fragment of tile j: rows k + t4, k + t4 + 4 of P_1 at column 8 j + g
-      const float* pk = io.compose_p + (k + t4) * D + g;
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        const float y0 = pk[8 * j], y1 = pk[4 * D + 8 * j];
-        ptx::mma_tf32(S[j], xr[0], xr[1], xr[2], xr[3], y0, y1);
-        ptx::mma_tf32(S[j], x[0], x[1], x[2], x[3], ptx::tf32_rest(y0), ptx::tf32_rest(y1));
-        ptx::mma_tf32(S[j], x[0], x[1], x[2], x[3], y0, y1);
       }
     }
   }

@@ -42,11 +42,6 @@ struct RowsIO {
   bool identity;   // transition rows: start from I
   bool has_v;      // the delta rule's v enters (false for transition rows)
   bool write_out;  // the rows produce out
-  // A three-segment split's last segment in pass 3 (PlanArgs::fold_chain): its start S_2 = S_1 P_1 +
-  // R_1 is composed by the consumers themselves, S_1's rows from `init`, R_1's from compose_r (both
-  // at init_offset), P_1 whole from compose_p. nullptr: the start is `init` as it is.
-  const float* compose_p;
-  const float* compose_r;
   // Checkpoints of the walk (rows that carry the real state, prepared plans): the state after walk
   // chunk ck_next goes to column ck_m of the sequence's checkpoint_indices row, then every ck_step
   // chunks to the next column, up to walk chunk ck_last. ck_next -1: none.
@@ -76,7 +71,6 @@ __device__ __forceinline__ RowsIO whole_sequence_rows(const KdaFwdArgs& a, const
   io.identity = false;
   io.has_v = true;
   io.write_out = true;
-  io.compose_p = io.compose_r = nullptr;
   io.ck_next = io.ck_last = -1;  // the fused kernel writes no checkpoints
   io.ck_step = io.ck_m = 0;
   return io;

@@ -141,7 +141,6 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
   io.identity = false;
   io.has_v = true;
   io.write_out = true;
-  io.compose_p = io.compose_r = nullptr;
   const int64_t own = state_row_offset<kD>(w.slot, a.heads_v, w.hv, io.row0);
   auto to_final = [&] {
     io.dst = a.final_state;
@@ -181,15 +180,7 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
     io.chunk0 = int(L0 + (j - 1) * L);
     io.nchunks = int(min(L, nc - io.chunk0));
     void* init = nullptr;
-    if (p.fold_chain && j == 2) {
-      // S_2 = S_1 P_1 + R_1, composed by the consumers (no chain kernel ran): S_1 and R_1 at extra
-      // slot e0, this slice's rows; P_1 whole.
-      segment_rows(p.seg_start, e0, init, io.init_offset, io.init_fp32);
-      io.compose_r = p.seg_r;
-      io.compose_p = p.seg_p + state_row_offset<kD>(e0, a.heads_v, w.hv, 0);
-    } else {
-      segment_rows(p.seg_start, e0 + j - 1, init, io.init_offset, io.init_fp32);
-    }
+    segment_rows(p.seg_start, e0 + j - 1, init, io.init_offset, io.init_fp32);
     io.init = init;
     if (j == segs - 1) {
       to_final();

@@ -134,7 +134,8 @@ struct KdaProducer {
         shift(Tr::kShiftedGrid ? work.shift : 0),
         maps(raw_maps),
         raw_full(raw_bars) {
-    static_assert(!kTma || (!Tr::kLoadV && Tr::kRawStages == 2), "tensor copies: the preparation pass's raw buffers");
+    static_assert(!kTma || !Tr::kLoadV, "tensor copies: the preparation pass's raw buffers");
+    static_assert(Tr::kRawStages == 1 || Tr::kRawStages == 2, "one or two raw buffers a group");
     const int hq = w.hv / a.group;
     const uint16_t* q_base = a.q + w.row * a.q_s[0] + w.begin * a.q_s[1] + hq * a.q_s[2];
     const uint16_t* k_base = a.k + w.row * a.k_s[0] + w.begin * a.k_s[1] + hq * a.k_s[2];
@@ -228,10 +229,11 @@ struct KdaProducer {
   // Chunk i's gates, norms and tiles into `sink` (the group's raw buffer `raw` holds its inputs and
   // is visible to the whole group). Ends with the group synchronised and the chunk complete.
   // `before_tiles` runs once the norms are visible, before the first write to the sink (the fused
-  // kernel waits there for its ring stage to be free).
-  template <class Sink, class BeforeTiles>
+  // kernel waits there for its ring stage to be free); `after_raw` once the group has read `raw` for
+  // the last time (after the tiles), every thread of the group calling it.
+  template <class Sink, class BeforeTiles, class AfterRaw>
   __device__ void prepare(const typename Tr::Raw& raw, int i, float beta_raw, float gmul, float gadd, const Sink& sink,
-                          BeforeTiles before_tiles) {
+                          BeforeTiles before_tiles, AfterRaw after_raw) {
     // Tokens [lo, valid) of the chunk are real ones: not past the end, not virtual ones before the
     // start (lo > 0 only in chunk 0 of a shifted grid; docs/kernel.md, "The shifted chunk grid and
     // checkpoints").
@@ -245,6 +247,7 @@ struct KdaProducer {
       before_tiles();
       softplus_tiles(raw, sink, alpha);  // also this warp's partial sums of A and M
       group_sync();                      // the partial sums are visible
+      after_raw();
       // Warp 0 combines A and goes on to the inverse; warps 2 and 3 (D = 64: warp 1) combine M
       // meanwhile.
       const int warp = ptid >> 5;
@@ -267,6 +270,7 @@ struct KdaProducer {
     before_tiles();
     tiles(raw, sink, G);
     group_sync();
+    after_raw();
     // Warp 0 computes A and goes straight on to the inverse, which needs nothing else; warps 2
     // and 3 compute M meanwhile, or warp 2 alone in the preparation pass (warp 1 computes the cross
     // blocks of a pair's second chunk, else has no work here). D = 64: warp 1 computes M.
@@ -294,9 +298,10 @@ struct KdaProducer {
     group_sync();  // (racecheck does not treat a fenced bar.arrive as ordering the writes before it)
   }
 
-  // Prepares chunks first, first + step, ... < limit, each after its raw tiles arrive (the next
-  // one's copies are issued first); `sink_of(i)` gives chunk i's sink and `before_tiles(i)` runs as
-  // in prepare(), `done(i)` after it.
+  // Prepares chunks first, first + step, ... < limit, each after its raw tiles arrive; the next
+  // one's copies are issued first with two raw buffers, and with one as soon as this chunk's tiles
+  // are made (the raw tiles' last reader); `sink_of(i)` gives chunk i's sink and `before_tiles(i)`
+  // runs as in prepare(), `done(i)` after it.
   template <class SinkOf, class Before, class Done>
   __device__ void run_chunks(int first, int step, int limit, SinkOf sink_of, Before before_tiles, Done done) {
     // -rate * (g + dt_bias) * log2(e) = g * gate_mul + gate_add: one FMA per element. The softplus
@@ -313,9 +318,9 @@ struct KdaProducer {
     load_raw(first, 0, limit);
     float beta_next = load_beta(first, limit);
     for (int n = 0, i = first; i < limit; ++n, i += step) {
-      // The buffer of the next own chunk was last read in the previous iteration, which ended
-      // with group barriers; prefetch into it now.
-      load_raw(i + step, (n + 1) % Tr::kRawStages, limit);
+      // Two buffers: the next own chunk's was last read in the previous iteration, which ended with
+      // group barriers; prefetch into it now.
+      if constexpr (Tr::kRawStages == 2) load_raw(i + step, (n + 1) % 2, limit);
       const float beta_raw = beta_next;
       beta_next = load_beta(i + step, limit);
       if constexpr (kTma) {
@@ -324,10 +329,14 @@ struct KdaProducer {
         const int64_t t0 = int64_t(i) * C - shift;
         if (t0 < 0 || t0 + C > w.len) zero_outside(grp.raw[buf], t0);
       } else {
-        ptx::cp_async_wait<1>();
+        ptx::cp_async_wait<Tr::kRawStages - 1>();  // (chunk i's group: the newest with one buffer)
       }
       group_sync();  // chunk i's raw tiles are visible to the whole group
-      prepare(grp.raw[n % Tr::kRawStages], i, beta_raw, gmul, gadd, sink_of(i), [&] { before_tiles(i); });
+      prepare(grp.raw[n % Tr::kRawStages], i, beta_raw, gmul, gadd, sink_of(i), [&] { before_tiles(i); }, [&] {
+        // One buffer: the group is done with it (prepare's barrier after the tiles); the next chunk's
+        // copies go in now and land while this chunk's products and inverse run.
+        if constexpr (Tr::kRawStages == 1) load_raw(i + step, 0, limit);
+      });
       done(i);
     }
     ptx::cp_async_wait<0>();

@@ -251,10 +251,14 @@ struct KdaPrepTraits : KdaDims<kD> {
   static constexpr bool kShiftedGrid = true;  // WorkUnit::shift may be nonzero (checkpoints)
   static constexpr int kProducerGroups = 1;
   static constexpr int kThreads = kGroupThreads;
-  static constexpr int kRawStages = 2;
-  // kD = 128: 128 registers a thread, ~52 KB of shared memory a CTA. kD = 64: CTAs of 64 threads
-  // and ~28 KB, twice as many: the same 16 warps and 128 registers a thread.
-  static constexpr int kCtasPerSm = kD == 128 ? 4 : 8;
+  // kD = 128: five CTAs an SM (96 registers a thread, ~44 KB of shared memory a CTA), which leaves
+  // room for one raw buffer a CTA: the next chunk's copies are issued once this chunk's tiles are
+  // made (KdaProducer::run_chunks). Measured against four CTAs with two buffers (H100, docs/perf_log.md,
+  // session 18): the pass 1.6 % faster under ncu (L1/TEX 75 -> 77 %, DRAM 63 -> 65 % of peak: near
+  // both limits already), fixed32 -1.1 %, mix20k -4.7 %, the 16-token rows within +-1 %. kD = 64:
+  // CTAs of 64 threads and ~28 KB, 8 an SM, two raw buffers.
+  static constexpr int kRawStages = kD == 128 ? 1 : 2;
+  static constexpr int kCtasPerSm = kD == 128 ? 5 : 8;
   static constexpr int kBarGroup0 = 1;
   using Raw = KdaRaw<kD, 0>;
   using Group = KdaGroup<kD, 0, kRawStages>;

@@ -39,7 +39,8 @@ template <int kD, bool kSoftplus, bool kPair, bool kTma>
 cudaError_t launch_prep_with(const KdaFwdArgs& a, const PlanArgs& p, const RawMaps& maps, int64_t ctas,
                              cudaStream_t stream) {
   using Tr = KdaPrepTraits<kD>;
-  const cudaError_t e = raise_smem_limit<kda_prep_kernel<kD, kSoftplus, kPair, kTma>>(Tr::kSmemBytes);
+  // (the largest carveout: kCtasPerSm CTAs an SM need nearly all of it at kD = 128)
+  const cudaError_t e = raise_smem_limit<kda_prep_kernel<kD, kSoftplus, kPair, kTma>>(Tr::kSmemBytes, true);
   if (e != cudaSuccess) return e;
   return launch_after_prior(kda_prep_kernel<kD, kSoftplus, kPair, kTma>, ctas, Tr::kThreads, Tr::kSmemBytes, stream,
                             a, p, maps);

@@ -29,8 +29,8 @@ for k in a[0]:
     print(f"{k:<12} {m(a):8.4f} {m(b)/m(a):7.3f} {m(c)/m(a):15.3f}")
 PY
 echo "== ncu $(t)"
-for c in fixed32 fixed16; do
-  for ck in 0 1024; do
+for c in ${NCU_CASES:-fixed32 fixed16}; do
+  for ck in ${NCU_CKPT:-0 1024}; do
     A=""; [[ $ck -gt 0 ]] && A="--ckpt $ck"
     timeout 60 ncu --launch-count 12 --section SpeedOfLight $B prefill --reps 1 $A $c > $O/ncu_${c}_$ck.txt 2>&1
     echo "-- $c ckpt $ck: $(grep -E '^  [a-z].*kda_|Duration' $O/ncu_${c}_$ck.txt | sed -E 's/\(cuda::KdaFwdArgs.*//; s/.*void cuda::| Duration us//; s/^ +//; s/ +/ /g' | grep -v fill_normal | paste -sd' ' )"

@@ -1,12 +1,12 @@
-// The CUDA decode kernel (src/cuda/sm90/kda_decode_sm90.cuh, its own source) runs on the CPU through
-// the host emulation of the device (simt_emulation.h), against the float64 reference backend's decode
-// on a copy of the same pool (docs/testing.md, "Kernels on the CPU"): fp32 and bf16 pools, 1..8
-// tokens, K = V = 128 and 64, every rows-per-thread shape (forced, and as the dispatcher chooses it
-// for a given SM count), speculative slots with num_accepted_tokens, packed batches, GVA, both gate
-// forms, beta up to 2. Padding sequences (a -1 slot, num_accepted_tokens 0) and slots the kernel
-// must ignore (an index at or past the pool's end, which the host check would refuse: handed to
-// the kernel behind the check's back) leave their pool slots and out rows byte for byte as they
-// were. Timing and memory ordering are the GPU checks' (tests/gpu/test_cuda_decode.cu).
+// The CUDA decode kernel (src/cuda/sm90/kda_decode_sm90.cuh, its own source) runs on the CPU through the
+// host emulation of the device (simt_emulation.h), against the float64 reference backend's decode on a
+// copy of the same pool (docs/testing.md, "Kernels on the CPU"): fp32 and bf16 pools, 1..8 tokens, K = V =
+// 128 and 64, every rows-per-thread shape and the two passes of bf16 pools (forced, and as the dispatcher
+// chooses them for a given SM count), speculative slots with num_accepted_tokens, packed batches, GVA,
+// both gate forms, beta up to 2. Padding sequences (a -1 slot, num_accepted_tokens 0) and slots the kernel
+// must ignore (an index at or past the pool's end, which the host check would refuse: handed to the kernel
+// behind the check's back) leave their pool slots and out rows byte for byte as they were. Timing and
+// memory ordering are the GPU checks' (tests/gpu/test_cuda_decode.cu).
 // (first: the kernel's header sees the emulated builtins)
 #include "simt_emulation.h"
 
@@ -30,10 +30,12 @@ using namespace test;
 namespace sm90 = cuda::sm90;
 
 // The CUDA decode on the emulation: normalised and checked as decode() does (src/api/decode.cpp),
-// the kernel arguments and shape as src/cuda/decode_dispatch.cu makes them. `rows` forces the rows
-// per thread (0: the dispatcher's choice for `sm_count` SMs); `kernel_indices`, when set, is what
-// the kernel reads instead of the checked state_indices (same layout).
-Status emulated_decode(DecodeParams p, int sm_count, int rows, const int32_t* kernel_indices, int* rows_used) {
+// the kernel arguments and shape as src/cuda/decode_dispatch.cu makes them. `rows` and `passes` force
+// the rows per thread and the passes over a CTA's rows (0: the dispatcher's choice for `sm_count`
+// SMs); `kernel_indices`, when set, is what the kernel reads instead of the checked state_indices
+// (same layout).
+Status emulated_decode(DecodeParams p, int sm_count, int rows, int passes, const int32_t* kernel_indices,
+                       int* rows_used, int* passes_used) {
   p.backend = Backend::kCuda;
   normalise(p);
   HostIndices idx;
@@ -45,11 +47,16 @@ Status emulated_decode(DecodeParams p, int sm_count, int rows, const int32_t* ke
   if (kernel_indices) a.state_indices = kernel_indices;
   const int64_t D = p.head_dim_k, pairs = N * HV;
   const int r = rows > 0 ? rows : sm90::decode_rows_per_thread(pairs, D, sm_count);
-  if (rows_used) *rows_used = r;
+  const int np = passes > 0 ? passes
+                            : sm90::decode_row_passes(p.state_dtype, pairs, D, r, sm_count,
+                                                      p.cu_seqlens == nullptr && p.seqlen == 1);
+  *rows_used = r;
   try {
-    sm90::with_decode_traits(p.state_dtype, D, r, [&](auto tr) {
+    sm90::with_decode_traits(p.state_dtype, D, r, np, [&](auto tr) {
       using Tr = decltype(tr);
-      emu::launch(unsigned(pairs * Tr::kSlices), Tr::kThreads, 0, [&] { sm90::kda_decode_kernel<Tr>(a); });
+      *passes_used = Tr::kRowPasses_;
+      emu::launch(unsigned(pairs * Tr::kSlices), Tr::kThreads, sizeof(sm90::KdaDecodeSmem<Tr>),
+                  [&] { sm90::kda_decode_kernel<Tr>(a); });
       return 0;
     });
   } catch (const std::exception& e) {
@@ -61,12 +68,14 @@ Status emulated_decode(DecodeParams p, int sm_count, int rows, const int32_t* ke
 struct DecodeCase {
   std::string name;
   Config cfg;
-  int rows = 0;       // rows per thread; 0: the dispatcher's choice for sm_count
+  int rows = 0;    // rows per thread; 0: the dispatcher's choice for sm_count
+  int passes = 0;  // passes over a CTA's rows (2: bf16, D = 128, 4 rows); 0: the dispatcher's choice
   int sm_count = 132;
-  int64_t S = 1;       // slots per sequence (> 1: speculative)
-  int64_t stride = 0;  // of the index rows (0: S)
+  int64_t S = 1;          // slots per sequence (> 1: speculative)
+  int64_t stride = 0;     // of the index rows (0: S)
   bool accepted = false;  // speculative with num_accepted_tokens
   int expect_rows = 0;    // the dispatcher must choose this (0: not checked)
+  int expect_passes = 0;  // and this
 };
 
 std::ostream& operator<<(std::ostream& os, const DecodeCase& c) { return os << c.name; }
@@ -87,17 +96,34 @@ std::vector<DecodeCase> decode_cases() {
           c.cfg.head_dim_k = c.cfg.head_dim_v = D;
           c.cfg.state_dtype = dtype;
           c.rows = rows;
+          c.passes = 1;
           cases.push_back(c);
+          if (dtype == DType::kBF16 && D == 128 && rows == 4) {  // the whole head a CTA, in two passes
+            c.name += "_p2";
+            c.passes = 2;
+            cases.push_back(c);
+          }
         }
   // The dispatcher's choice (4 sequences x 2 heads, D = 128: 4 rows a thread on up to 4 SMs, 2 on
-  // up to 8, else 1).
-  for (auto [sms, want] : {std::pair{4, 4}, std::pair{6, 2}, std::pair{132, 1}}) {
+  // up to 8, else 1; bf16 pools with 4 rows and one token a step: two passes where the 8 pairs are at
+  // least 4 an SM).
+  struct Dispatch {
+    DType dtype;
+    int sms, rows, passes, tokens;
+  };
+  for (const Dispatch& w :
+       {Dispatch{DType::kF32, 4, 4, 1, 3}, Dispatch{DType::kF32, 6, 2, 1, 3}, Dispatch{DType::kF32, 132, 1, 1, 3},
+        Dispatch{DType::kF32, 2, 4, 1, 1}, Dispatch{DType::kBF16, 2, 4, 2, 1}, Dispatch{DType::kBF16, 2, 4, 1, 3},
+        Dispatch{DType::kBF16, 3, 4, 1, 1}, Dispatch{DType::kBF16, 6, 2, 1, 1}}) {
     DecodeCase c;
-    c.name = "dispatch_sm" + std::to_string(sms);
+    c.name = std::string("dispatch_") + (w.dtype == DType::kF32 ? "fp32" : "bf16") + "_sm" + std::to_string(w.sms) +
+             "_t" + std::to_string(w.tokens);
     c.cfg.batch = 4;
-    c.cfg.seqlen = 3;
-    c.sm_count = sms;
-    c.expect_rows = want;
+    c.cfg.seqlen = w.tokens;
+    c.cfg.state_dtype = w.dtype;
+    c.sm_count = w.sms;
+    c.expect_rows = w.rows;
+    c.expect_passes = w.passes;
     cases.push_back(c);
   }
   // Speculative: num_accepted_tokens picks the read column; sequence 0 skips its last write, 1 is
@@ -107,11 +133,11 @@ std::vector<DecodeCase> decode_cases() {
   };
   for (DType dtype : {DType::kF32, DType::kBF16})
     for (const Spec& sp : {Spec{4, 4, 4}, Spec{2, 4, 6}, Spec{1, 3, 3}, Spec{8, 8, 8}})
-      for (int rows : {0, 2}) {
+      for (int rows : {0, 2, 4}) {
         DecodeCase c;
-        c.name = std::string("spec_") + (dtype == DType::kF32 ? "fp32" : "bf16") + "_t" + std::to_string(sp.T) +
-                 "_s" + std::to_string(sp.S) + "_stride" + std::to_string(sp.stride) +
-                 (rows ? "_r" + std::to_string(rows) : std::string("_sm1"));
+        c.name = std::string("spec_") + (dtype == DType::kF32 ? "fp32" : "bf16") + "_t" + std::to_string(sp.T) + "_s" +
+                 std::to_string(sp.S) + "_stride" + std::to_string(sp.stride) +
+                 (rows ? "_r" + std::to_string(rows) : std::string("_sm1"));  // (sm1, bf16: two passes)
         c.cfg.batch = 5;
         c.cfg.seqlen = sp.T;
         c.cfg.state_dtype = dtype;
@@ -240,10 +266,12 @@ TEST_P(EmulatedDecode, MatchesTheFloat64Reference) {
   ASSERT_TRUE(s.ok()) << s.message;
   d.out = out.data();
   d.state = pool.data();
-  int rows_used = 0;
-  s = emulated_decode(d, c.sm_count, c.rows, kernel_indices.data(), &rows_used);
+  int rows_used = 0, passes_used = 0;
+  s = emulated_decode(d, c.sm_count, c.rows, c.passes, kernel_indices.data(), &rows_used, &passes_used);
   ASSERT_TRUE(s.ok()) << s.message;
   if (c.expect_rows) EXPECT_EQ(rows_used, c.expect_rows) << "the dispatcher's rows per thread";
+  if (c.expect_passes) EXPECT_EQ(passes_used, c.expect_passes) << "the dispatcher's passes";
+  if (c.passes) EXPECT_EQ(passes_used, c.passes) << "the passes forced";
 
   // out: the reference's poisoned elements (padding sequences) poisoned, the others close.
   std::vector<double> got_out, want_out;
@@ -278,8 +306,8 @@ TEST_P(EmulatedDecode, MatchesTheFloat64Reference) {
   ASSERT_GT(written, 0);
   ASSERT_TRUE(all_finite(got_state)) << "a written slot not written everywhere (or not finite)";
   const double e_out = rel_error(got_out, want_out), e_state = rel_error(got_state, want_state);
-  std::printf("  %-34s rows %d  slots %d  out %.2e  state %.2e\n", c.name.c_str(), rows_used, written, e_out,
-              e_state);
+  std::printf("  %-34s rows %d  passes %d  slots %d  out %.2e  state %.2e\n", c.name.c_str(), rows_used, passes_used,
+              written, e_out, e_state);
   // As tests/cpp/test_decode.cpp's bounds for the fp32 CPU paths against the reference (rounded to
   // the same dtypes): out 1e-3; state 1e-4 (fp32), 5e-4 (bf16: fp32 and float64 results a few 1e-6
   // apart round to different bf16 neighbours for ~0.1 % of the elements).

@@ -3,20 +3,24 @@
 //
 // Decode is memory-bound: per (sequence, value head) and step the D×D state is read once and written
 // once (D = 128, fp32: 64 KB each way; bf16: 32 KB) while the inputs are ~1 KB. The kernel therefore
-// streams the state through once: one bulk copy (TMA) of the CTA's rows — contiguous in the pool —
+// streams the state through once: bulk copies (TMA) of the CTA's rows — contiguous in the pool —
 // into shared memory, issued by one thread before anything else so that it is in flight while the
 // CTA prepares the token vectors; then registers; then 16-byte streaming stores straight from the
 // registers. Loading through the bulk copy rather than into registers keeps no register busy while
 // the load is in flight: with register loads overlapping the preparation, 4 rows a thread needed 160
 // registers (3 CTAs an SM) or spilled.
 //
-// Work unit (one CTA of D threads): (sequence, value head, slice of kRows = 16·kRowsPerThread state
-// rows). Within a warp, D/16 lanes share a row — lane lr holds the 16 columns {j·(D/16)·kVec + lr·kVec
-// + e} of it, so the lanes' 16-byte accesses of chunk j cover D contiguous bytes (D = 128: whole
-// 128-byte lines; D = 64: half lines, whole 32-byte sectors) — and the warp's row groups take
-// kRowsPerThread rows each. Every thread thus holds 16·kRowsPerThread state values and does the same
-// work for either D; D = 64 halves the CTA (2 warps) and the lanes of a row (one butterfly round
-// fewer). Per token, with q_tilde = scale · q_hat and S_a = S · Diag(alpha):
+// Work unit (one CTA of D threads): (sequence, value head, slice of kRows = 16·kRowsPerThread·kRowPasses
+// state rows). The CTA holds 16·kRowsPerThread rows in registers at a time, kRowPasses times in turn
+// (docs/kernel.md, "Decode": two passes for bf16 pools, so that a CTA's copy is as many bytes as an fp32
+// one's and an SM keeps as many bytes in flight); each pass's rows arrive by a bulk copy of their own, so
+// the first pass starts while the second's bytes are still in flight. Within a warp, D/16 lanes share a
+// row — lane lr holds the 16 columns {j·(D/16)·kVec + lr·kVec + e} of it, so the lanes' 16-byte accesses
+// of chunk j cover D contiguous bytes (D = 128: whole 128-byte lines; D = 64: half lines, whole 32-byte
+// sectors) — and the warp's row groups take kRowsPerThread rows each. Every thread thus holds
+// 16·kRowsPerThread state values and does the same work for either D; D = 64 halves the CTA (2 warps) and
+// the lanes of a row (one butterfly round fewer). Per token, with q_tilde = scale · q_hat and
+// S_a = S · Diag(alpha):
 //
 //   one pass over the registers:   S_a = S ⊙ alpha,   pk = S_a k_hat,   pq = S_a q_tilde
 //   butterfly sums of pk, pq over a row's lanes; delta = beta (v − pk); out = pq + delta (k_hat · q_tilde)
@@ -38,6 +42,7 @@
 #include <type_traits>
 
 #include "../common/bulk_copy.cuh"
+#include "../common/ptx.cuh"
 #include "../dispatch_common.h"
 #include "flash_kda/flash_kda.h"
 
@@ -68,8 +73,8 @@ struct KdaDecodeArgs {
 };
 
 // Compile-time shape of the kernel: StateT is float or __nv_bfloat16, kHeadDim (K = V) 128 or 64,
-// kRowsPerThread 1, 2 or 4.
-template <typename StateT, int kHeadDim, int kRowsPerThread>
+// kRowsPerThread 1, 2 or 4, kRowPasses 1 or 2 (2: D = 128 with 4 rows a thread only, the whole head a CTA).
+template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses = 1>
 struct KdaDecodeTraits {
   using State = StateT;
   static constexpr int kDim = kHeadDim;              // K = V
@@ -80,11 +85,14 @@ struct KdaDecodeTraits {
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kRowGroups = 32 / kLanesPerRow;
   static constexpr int kRowsPerThread_ = kRowsPerThread;
-  static constexpr int kRows = kWarps * kRowGroups * kRowsPerThread;      // rows of S a CTA owns: 16·kRowsPerThread
-  static constexpr int kSlices = kDim / kRows;                            // CTAs per (sequence, head)
-  static constexpr int kVec = 16 / int(sizeof(StateT));                   // state elements per 16 bytes
-  static constexpr int kChunks = kCols / kVec;                            // 16-byte accesses per row a lane
-  static constexpr int kSliceBytes = kRows * kDim * int(sizeof(StateT));  // one bulk copy
+  static constexpr int kRowPasses_ = kRowPasses;
+  // rows in registers at a time (16·kRowsPerThread), and of the CTA
+  static constexpr int kPassRows = kWarps * kRowGroups * kRowsPerThread;
+  static constexpr int kRows = kPassRows * kRowPasses;
+  static constexpr int kSlices = kDim / kRows;                               // CTAs per (sequence, head)
+  static constexpr int kVec = 16 / int(sizeof(StateT));                      // state elements per 16 bytes
+  static constexpr int kChunks = kCols / kVec;                               // 16-byte accesses per row a lane
+  static constexpr int kPassBytes = kPassRows * kDim * int(sizeof(StateT));  // one bulk copy: a pass's rows
   // Lanes preparing one token's vectors (4 channels each): a warp (D = 128) or a half-warp (D = 64).
   static constexpr int kTokenLanes = kDim / 4;
   static constexpr int kTokensPerWarp = 32 / kTokenLanes;
@@ -92,8 +100,10 @@ struct KdaDecodeTraits {
   // CTAs, 16 warps, 128 KB of fp32 state in flight per SM; shared memory allows 4 as well). D = 64
   // keeps the registers per thread, the 16 warps and the 128 KB per SM with twice the CTAs (8 of
   // ~26 KB of shared memory fit as well).
+  // (Two passes: ~50 KB of shared memory a CTA, 4 CTAs an SM as well.)
   static constexpr int kMinBlocks = (kRowsPerThread >= 4 ? 4 : kRowsPerThread == 2 ? 5 : 6) * 128 / kThreads;
   static_assert(kDim == 128 || kDim == 64, "the decode kernel is built for K = V = 128 and 64");
+  static_assert(kRowPasses == 1 || kRowPasses == 2, "one or two passes over a CTA's rows");
   static_assert(kDim % kRows == 0, "the rows of S must split evenly over the CTAs of a head");
   static_assert(kRows % 8 == 0, "out is written in 16-byte pieces of 8 rows");
   static_assert(kMaxTokens * kRows / 8 <= kThreads, "one thread per 16-byte piece of out");
@@ -178,9 +188,9 @@ struct KdaDecodeSmem {
   float v[Tr::kMaxTokens][Tr::kRows];  // this CTA's rows
   alignas(16) __nv_bfloat16 out[Tr::kMaxTokens][Tr::kRows];
   float beta[Tr::kMaxTokens];
-  float kq[Tr::kMaxTokens];            // k_hat · q_tilde
-  int64_t write_slot[Tr::kMaxTokens];  // speculative: slot of the state after token t, or -1
-  uint64_t state_loaded;               // mbarrier of the bulk copy
+  float kq[Tr::kMaxTokens];                // k_hat · q_tilde
+  int64_t write_slot[Tr::kMaxTokens];      // speculative: slot of the state after token t, or -1
+  uint64_t state_loaded[Tr::kRowPasses_];  // mbarriers of the bulk copies, one a pass
 };
 
 template <typename Tr>
@@ -189,7 +199,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   using namespace decode_detail;
   using State = typename Tr::State;
   constexpr int D = Tr::kDim, RPT = Tr::kRowsPerThread_, kVec = Tr::kVec;
-  __shared__ KdaDecodeSmem<Tr> sm;
+  FLASH_KDA_DYNAMIC_SMEM(smem_bytes);  // (sizeof(KdaDecodeSmem<Tr>): launch_kda_decode)
+  auto& sm = *reinterpret_cast<KdaDecodeSmem<Tr>*>(smem_bytes);
 
   const int slice = int(blockIdx.x % Tr::kSlices);
   const int pair = int(blockIdx.x / Tr::kSlices);
@@ -231,14 +242,17 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   // Non-negative from here on: zero-extended, its 64-bit products need no register for a sign word.
   const uint32_t read_slot = uint32_t(read_index);
 
-  // ---- one bulk copy of this CTA's rows of S (in flight during the preparation below) ----
+  // ---- a bulk copy of each pass's rows of S (in flight during the preparation below) ----
   State* const pool = static_cast<State*>(a.state);
   const int64_t head_offset = int64_t(hv) * D * D + int64_t(slice) * Tr::kRows * D;
   if (tid == 0) {
-    mbarrier_init(&sm.state_loaded, 1);
-    mbarrier_arrive_expect_tx(&sm.state_loaded, Tr::kSliceBytes);
-    bulk_copy_g2s(&sm.state[0][0], pool + int64_t(read_slot) * a.heads_v * D * D + head_offset, Tr::kSliceBytes,
-                  &sm.state_loaded);
+    const State* src = pool + int64_t(read_slot) * a.heads_v * D * D + head_offset;
+#pragma unroll
+    for (int p = 0; p < Tr::kRowPasses_; ++p) {
+      mbarrier_init(&sm.state_loaded[p], 1);
+      mbarrier_arrive_expect_tx(&sm.state_loaded[p], Tr::kPassBytes);
+      bulk_copy_g2s(&sm.state[p * Tr::kPassRows][0], src + p * Tr::kPassRows * D, Tr::kPassBytes, &sm.state_loaded[p]);
+    }
   }
 
   // ---- per-token vectors, kTokenLanes lanes per token (a warp at D = 128, a half-warp at D = 64) ----
@@ -312,83 +326,88 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   }
   __syncthreads();  // also orders the mbarrier's initialisation before every thread's wait
 
-  // ---- this thread's rows of S into registers ----
-  auto row_of = [&](int i) { return (warp * RPT + i) * Tr::kRowGroups + row_group; };  // row within the slice
-  float s[RPT][Tr::kCols];
-  mbarrier_wait(&sm.state_loaded, 0);
-#pragma unroll
-  for (int i = 0; i < RPT; ++i)
-#pragma unroll
-    for (int j = 0; j < Tr::kChunks; ++j) load_state_vec(&sm.state[row_of(i)][Tr::column(lr, j, 0)], &s[i][j * kVec]);
-
-  auto store_rows = [&](int64_t slot) {
-    State* dst = pool + slot * a.heads_v * D * D + head_offset;
+  // ---- the passes: this thread's rows of pass `pass` into registers, the tokens, the rows back ----
+#pragma unroll 1
+  for (int pass = 0; pass < Tr::kRowPasses_; ++pass) {
+    // (row within the slice)
+    auto row_of = [&](int i) { return ((pass * Tr::kWarps + warp) * RPT + i) * Tr::kRowGroups + row_group; };
+    float s[RPT][Tr::kCols];
+    mbarrier_wait(&sm.state_loaded[pass], 0);
 #pragma unroll
     for (int i = 0; i < RPT; ++i)
 #pragma unroll
-      for (int j = 0; j < Tr::kChunks; ++j)
-        store_state_vec(dst + row_of(i) * D + Tr::column(lr, j, 0), &s[i][j * kVec]);
-  };
+      for (int j = 0; j < Tr::kChunks; ++j) load_state_vec(&sm.state[row_of(i)][Tr::column(lr, j, 0)], &s[i][j * kVec]);
 
-  // ---- the tokens ----
-  for (int t = 0; t < length; ++t) {
-    float pk[RPT], pq[RPT];
+    auto store_rows = [&](int64_t slot) {
+      State* dst = pool + slot * a.heads_v * D * D + head_offset;
 #pragma unroll
-    for (int i = 0; i < RPT; ++i) pk[i] = pq[i] = 0.f;
+      for (int i = 0; i < RPT; ++i)
 #pragma unroll
-    for (int j = 0; j < Tr::kChunks; ++j) {
+        for (int j = 0; j < Tr::kChunks; ++j)
+          store_state_vec(dst + row_of(i) * D + Tr::column(lr, j, 0), &s[i][j * kVec]);
+    };
+
+    // ---- the tokens ----
+    for (int t = 0; t < length; ++t) {
+      float pk[RPT], pq[RPT];
 #pragma unroll
-      for (int e4 = 0; e4 < kVec; e4 += 4) {
-        const int c = Tr::column(lr, j, e4);
-        const float4 al = *reinterpret_cast<const float4*>(&sm.alpha[t][c]);
-        const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][c]);
-        const float4 qt = *reinterpret_cast<const float4*>(&sm.q_tilde[t][c]);
-        const float alv[4] = {al.x, al.y, al.z, al.w}, khv[4] = {kh.x, kh.y, kh.z, kh.w};
-        const float qtv[4] = {qt.x, qt.y, qt.z, qt.w};
+      for (int i = 0; i < RPT; ++i) pk[i] = pq[i] = 0.f;
 #pragma unroll
-        for (int i = 0; i < RPT; ++i)
+      for (int j = 0; j < Tr::kChunks; ++j) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float& x = s[i][j * kVec + e4 + e];
-            x *= alv[e];
-            pk[i] = fmaf(x, khv[e], pk[i]);
-            pq[i] = fmaf(x, qtv[e], pq[i]);
-          }
+        for (int e4 = 0; e4 < kVec; e4 += 4) {
+          const int c = Tr::column(lr, j, e4);
+          const float4 al = *reinterpret_cast<const float4*>(&sm.alpha[t][c]);
+          const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][c]);
+          const float4 qt = *reinterpret_cast<const float4*>(&sm.q_tilde[t][c]);
+          const float alv[4] = {al.x, al.y, al.z, al.w}, khv[4] = {kh.x, kh.y, kh.z, kh.w};
+          const float qtv[4] = {qt.x, qt.y, qt.z, qt.w};
+#pragma unroll
+          for (int i = 0; i < RPT; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              float& x = s[i][j * kVec + e4 + e];
+              x *= alv[e];
+              pk[i] = fmaf(x, khv[e], pk[i]);
+              pq[i] = fmaf(x, qtv[e], pq[i]);
+            }
+        }
       }
-    }
 #pragma unroll
-    for (int o = 1; o < Tr::kLanesPerRow; o <<= 1)
+      for (int o = 1; o < Tr::kLanesPerRow; o <<= 1)
+#pragma unroll
+        for (int i = 0; i < RPT; ++i) {
+          pk[i] += __shfl_xor_sync(0xffffffffu, pk[i], o);
+          pq[i] += __shfl_xor_sync(0xffffffffu, pq[i], o);
+        }
+      const float beta = sm.beta[t], kq = sm.kq[t];
+      float delta[RPT];
 #pragma unroll
       for (int i = 0; i < RPT; ++i) {
-        pk[i] += __shfl_xor_sync(0xffffffffu, pk[i], o);
-        pq[i] += __shfl_xor_sync(0xffffffffu, pq[i], o);
+        delta[i] = beta * (sm.v[t][row_of(i)] - pk[i]);
+        if (lr == 0) sm.out[t][row_of(i)] = __float2bfloat16_rn(fmaf(delta[i], kq, pq[i]));
       }
-    const float beta = sm.beta[t], kq = sm.kq[t];
-    float delta[RPT];
 #pragma unroll
-    for (int i = 0; i < RPT; ++i) {
-      delta[i] = beta * (sm.v[t][row_of(i)] - pk[i]);
-      if (lr == 0) sm.out[t][row_of(i)] = __float2bfloat16_rn(fmaf(delta[i], kq, pq[i]));
-    }
+      for (int j = 0; j < Tr::kChunks; ++j)
 #pragma unroll
-    for (int j = 0; j < Tr::kChunks; ++j)
+        for (int e4 = 0; e4 < kVec; e4 += 4) {
+          const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][Tr::column(lr, j, e4)]);
+          const float khv[4] = {kh.x, kh.y, kh.z, kh.w};
 #pragma unroll
-      for (int e4 = 0; e4 < kVec; e4 += 4) {
-        const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][Tr::column(lr, j, e4)]);
-        const float khv[4] = {kh.x, kh.y, kh.z, kh.w};
+          for (int i = 0; i < RPT; ++i)
 #pragma unroll
-        for (int i = 0; i < RPT; ++i)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[i][j * kVec + e4 + e] = fmaf(delta[i], khv[e], s[i][j * kVec + e4 + e]);
+            for (int e = 0; e < 4; ++e) s[i][j * kVec + e4 + e] = fmaf(delta[i], khv[e], s[i][j * kVec + e4 + e]);
+        }
+      if (speculative) {
+        const int64_t slot = sm.write_slot[t];
+        if (slot >= 0) store_rows(slot);
       }
-    if (speculative) {
-      const int64_t slot = sm.write_slot[t];
-      if (slot >= 0) store_rows(slot);
     }
+    // One slot per sequence: the state after the last token goes back where it came from, in place (the
+    // pass's bulk copy completed before any thread got past its mbarrier_wait, and each thread writes
+    // only its rows; the other pass's rows are other bytes).
+    if (!speculative) store_rows(int64_t(read_slot));
   }
-  // One slot per sequence: the state after the last token goes back where it came from, in place (the
-  // bulk copy completed before any thread got past mbarrier_wait, and each thread writes only its rows).
-  if (!speculative) store_rows(int64_t(read_slot));
 
   // ---- out: 16-byte pieces of 8 rows, from the staging buffer ----
   __syncthreads();
@@ -402,7 +421,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 }
 
 // Launches the kernel for `units` = sequences × heads × Tr::kSlices CTAs (kda_decode_sm90.cu).
-template <typename StateT, int kHeadDim, int kRowsPerThread>
+template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses>
 cudaError_t launch_kda_decode(const KdaDecodeArgs& args, int64_t units, cudaStream_t stream);
 
 // ---- the host side of a launch, shared by src/cuda/decode_dispatch.cu (the GPU) and
@@ -443,14 +462,31 @@ inline int decode_rows_per_thread(int64_t pairs, int64_t D, int sm_count) {
   return rows_per_thread;
 }
 
-// Calls f(Tr{}) with the traits of the state dtype, D (128 or 64) and rows per thread (4, 2, else 1).
+// Passes over a CTA's rows (KdaDecodeTraits::kRowPasses_): 2 for bf16 pools at D = 128 with 4 rows a
+// thread, one token a step (`one_token`: a fixed batch of T = 1), where the grid of whole-head CTAs
+// still puts 4 on every SM (pairs >= 4 SMs): a CTA's bulk copies are then 32 KB as an fp32 pool's,
+// and the SM keeps the same bytes in flight (with one pass, 16 KB a CTA and 4 CTAs an SM: half as
+// many). Else 1: with several tokens a step the second pass repeats the tokens' work and measured
+// slower (docs/perf_log.md, session 18).
+inline int decode_row_passes(DType state, int64_t pairs, int64_t D, int rows_per_thread, int sm_count,
+                             bool one_token) {
+  return one_token && state == DType::kBF16 && D == 128 && rows_per_thread == 4 && pairs >= 4 * int64_t(sm_count)
+             ? 2
+             : 1;
+}
+
+// Calls f(Tr{}) with the traits of the state dtype, D (128 or 64), rows per thread (4, 2, else 1) and
+// passes (2 only with a bf16 state, D = 128 and 4 rows a thread, else 1).
 template <class F>
-auto with_decode_traits(DType state, int64_t D, int rows_per_thread, F&& f) {
+auto with_decode_traits(DType state, int64_t D, int rows_per_thread, int row_passes, F&& f) {
   auto rows = [&](auto st, auto d) {
     using S = decltype(st);
     constexpr int kD = decltype(d)::value;
     switch (rows_per_thread) {
-      case 4: return f(KdaDecodeTraits<S, kD, 4>{});
+      case 4:
+        if constexpr (kD == 128 && std::is_same_v<S, __nv_bfloat16>)
+          if (row_passes == 2) return f(KdaDecodeTraits<S, kD, 4, 2>{});
+        return f(KdaDecodeTraits<S, kD, 4>{});
       case 2: return f(KdaDecodeTraits<S, kD, 2>{});
       default: return f(KdaDecodeTraits<S, kD, 1>{});
     }

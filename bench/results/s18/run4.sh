@@ -2,7 +2,8 @@
 # device run 4 (session 18): the two-pass bf16 decode restricted to one token a step (D1 = main +
 # 92cc729 with decode_row_passes taking two passes only for a fixed batch of T = 1) against main (M),
 # carried as build-dev/d1.tar.xz: decode A/B alternating (three rounds), D1's GPU decode tests,
-# memcheck and racecheck of D1's decode.
+# memcheck and racecheck of D1's decode; then, on an H200 only, the BENCH-protocol run of commit $1
+# (run2.sh; carry .whl, .anchors, build-dev/n_bench.tar.xz too).
 set -u
 exec > >(tee $OUT/log.txt) 2>&1
 S=$SECONDS
@@ -34,5 +35,9 @@ for tool in memcheck racecheck; do
   timeout 90 compute-sanitizer --tool $tool build-dev/D1/test_cuda_sanitize --gtest_filter='*Decode*' > $O/san_$tool.log 2>&1
   echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $O/san_$tool.log | tail -1)"
 done
+tar czf $OUT/d1.tgz -C $O .
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && [[ -n "${1:-}" ]]; then
+  echo "== BENCH protocol on the H200 $(t)"
+  RUN2_SPEED_LIMIT=$((570 - (SECONDS-S))) RUN2_FLA="h8_8k h4_64k" RUN2_SPEED_ONLY=1 bash bench/results/s18/run2.sh "$1"
+fi
 echo "== done $(t)"
-tar czf $OUT/all.tgz -C $O .

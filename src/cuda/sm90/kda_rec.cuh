@@ -61,13 +61,7 @@ struct KdaLoader {
     const uint32_t prepared_bytes =
         Tr::kPair ? Tr::kStepBytes : (io.write_out ? Prepared::kBytes : Prepared::kOutputFree);
     int ck_next = io.ck_next, ck_m = io.ck_m;  // the walk's next boundary chunk and its column
-    // The step's first token and the element offset of its v row, advanced a step at a time (32-bit
-    // tokens: a sequence has fewer than 2^31; the loader's instructions a step set its pace).
-    int tok0 = io.chunk0 * kChunkTokens - int(w.shift);
-    int64_t v_off = int64_t(tok0) * v_token_stride;
-    const int64_t v_step = int64_t(C) * v_token_stride;
-    const int len = int(w.len);
-    for (int i = 0; i < io.nchunks; ++i, tok0 += C, v_off += v_step) {
+    for (int i = 0; i < io.nchunks; ++i) {
       const int s = i % Tr::kStages;
       if (i >= Tr::kStages) mbarrier_wait(&sm.empty[s], ((i / Tr::kStages) - 1) & 1);
       auto& st = sm.stage[s];
@@ -75,7 +69,11 @@ struct KdaLoader {
         mbarrier_expect_tx(&sm.full[s], prepared_bytes);
         bulk_copy_g2s(st.prepared, src0 + i * stride, prepared_bytes, &sm.full[s]);
       }
-      if (io.has_v) copy_v<kPieces>(st, tok0, v_off, len);
+      if (io.has_v) {
+        const int64_t tok0 = int64_t(io.chunk0) * kChunkTokens + int64_t(i) * C - w.shift;  // the step's first token
+        const int lo = int(max(int64_t(0), -tok0)), hi = int(min(int64_t(C), w.len - tok0));
+        copy_v<kPieces>(st, tok0, lo, hi);
+      }
       if (kCk && i == ck_next) {
         if (lane == 0) ptx::cp_async_4(&sm.ck_slot[i % (Tr::kStages + 1)], ck_row + ck_m);
         ++ck_m;
@@ -85,31 +83,29 @@ struct KdaLoader {
     }
   }
 
-  // The v rows of a step (kPieces 16-byte pieces a token) into stage `st`: the step's first token is
-  // tok0 (its v row at element v_off from v_base), tokens outside [0, len) are zero-filled. A step of
-  // real tokens only (all but a sequence's first and last) takes the short path: a lane copies the
-  // same piece of every (32 / kPieces)-th token, with no predicate (the loader's per-step
-  // instructions set its pace; docs/perf_log.md).
+  // The v rows of a step (kPieces 16-byte pieces a token) into stage `st`: tokens outside [lo, hi)
+  // of the step are zero-filled. A step of real tokens only (all but a sequence's first and last)
+  // takes the short path: a lane copies the same piece of every (32 / kPieces)-th token from one
+  // pointer, with no predicate (the loader's per-step instructions set its pace; docs/perf_log.md).
   template <int kPieces, class Stage>
-  __device__ void copy_v(Stage& st, int tok0, int64_t v_off, int len) const {
+  __device__ void copy_v(Stage& st, int64_t tok0, int lo, int hi) const {
     static_assert(32 % kPieces == 0, "a warp covers whole tokens");
     constexpr int kTokens = 32 / kPieces;  // tokens one pass of the warp covers
-    if (tok0 >= 0 && tok0 <= len - C) {
+    if (lo == 0 && hi == C) {
       const int piece = lane % kPieces, t0 = lane / kPieces;
       if (kTokens > C && t0 >= C) return;  // (more lanes than pieces)
-      const uint16_t* src = v_base + v_off + (t0 * v_token_stride + 8 * piece);
+      const uint16_t* src = v_base + (tok0 + t0) * v_token_stride + 8 * piece;
       const int64_t pass_stride = int64_t(kTokens) * v_token_stride;
 #pragma unroll
       for (int k = 0; k < (C + kTokens - 1) / kTokens; ++k)
         ptx::cp_async_16(&st.v[t0 + k * kTokens][8 * piece], src + k * pass_stride, 16u);
       return;
     }
-    const int lo = max(0, -tok0), hi = min(C, len - tok0);
 #pragma unroll
     for (int x = lane; x < C * kPieces; x += 32) {
       const int t = x / kPieces, piece = x % kPieces;
       const bool ok = t >= lo && t < hi;
-      ptx::cp_async_16(&st.v[t][8 * piece], ok ? v_base + v_off + (t * v_token_stride + 8 * piece) : v_base,
+      ptx::cp_async_16(&st.v[t][8 * piece], ok ? v_base + (tok0 + t) * v_token_stride + 8 * piece : v_base,
                        ok ? 16u : 0u);
     }
   }

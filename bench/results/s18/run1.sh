@@ -1,6 +1,6 @@
 #!/bin/bash
 # device run 1 (session 18): three candidates against main in one call, binaries built on the
-# development machine and carried as build-dev/npd.tar.xz (N = main's kda_bench; P = 4406b3a, the
+# development machine and shipped to the GPU machine as build-dev/npd.tar.xz (N = main's kda_bench; P = 4406b3a, the
 # preparation at five CTAs an SM; F = main + the chain folded into pass 3 at three segments;
 # D = 92cc729, the two-pass bf16 decode; README.md here says how).
 #  1. N, P and F alternating on the prefill cases; N and D alternating on the decode cases;

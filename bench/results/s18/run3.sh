@@ -1,6 +1,6 @@
 #!/bin/bash
 # device run 3 (session 18): where the checkpoint cost comes from (issue 14), with main's kda_bench
-# (build-dev/M/kda_bench, carried as build-dev/m.tar.xz): none / --ckpt 1024 / --ckpt 131072 (the
+# (build-dev/M/kda_bench, shipped to the GPU machine as build-dev/m.tar.xz): none / --ckpt 1024 / --ckpt 131072 (the
 # checkpoint kernels with no boundary reached: their code alone), three rounds alternating; ncu of
 # every kernel of one fixed32 and one fixed16 call, with and without checkpoints. Then, on an H200
 # only, the BENCH-protocol run (as run2.sh) of the commit given as $1.

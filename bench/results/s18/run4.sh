@@ -1,9 +1,9 @@
 #!/bin/bash
 # device run 4 (session 18): the two-pass bf16 decode restricted to one token a step (D1 = main +
 # 92cc729 with decode_row_passes taking two passes only for a fixed batch of T = 1) against main (M),
-# carried as build-dev/d1.tar.xz: decode A/B alternating (three rounds), D1's GPU decode tests,
+# shipped to the GPU machine as build-dev/d1.tar.xz: decode A/B alternating (three rounds), D1's GPU decode tests,
 # memcheck and racecheck of D1's decode; then, on an H200 only, the BENCH-protocol run of commit $1
-# (run2.sh; carry .whl, .anchors, build-dev/n_bench.tar.xz too).
+# (run2.sh; ship .whl, .anchors, build-dev/n_bench.tar.xz too).
 set -u
 exec > >(tee $OUT/log.txt) 2>&1
 S=$SECONDS

@@ -1,6 +1,6 @@
 #!/bin/bash
 # device run 7 (session 18): the loader's step with 32-bit tokens and a running v offset (V = main +
-# that change) against main (M = 1237d63), carried as build-dev/v.tar.xz: prefill A/B alternating (three
+# that change) against main (M = 1237d63), shipped to the GPU machine as build-dev/v.tar.xz: prefill A/B alternating (three
 # rounds), the checkpoint cost of V, V's GPU tests under every plan, memcheck / racecheck of V's forward.
 set -u
 exec > >(tee $OUT/log.txt) 2>&1

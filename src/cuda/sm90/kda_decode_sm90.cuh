@@ -12,9 +12,10 @@
 //
 // Work unit (one CTA of D threads): (sequence, value head, slice of kRows = 16·kRowsPerThread·kRowPasses
 // state rows). The CTA holds 16·kRowsPerThread rows in registers at a time, kRowPasses times in turn
-// (docs/kernel.md, "Decode": two passes for bf16 pools, so that a CTA's copy is as many bytes as an fp32
-// one's and an SM keeps as many bytes in flight); each pass's rows arrive by a bulk copy of their own, so
-// the first pass starts while the second's bytes are still in flight. Within a warp, D/16 lanes share a
+// (docs/serving.md, "The decode kernel (sm_90a)": two passes for bf16 pools with one token a step, so
+// that a CTA's copy is as many bytes as an fp32 one's and an SM keeps as many bytes in flight); each
+// pass's rows arrive by a bulk copy of their own, so the first pass starts while the second's bytes are
+// still in flight. Within a warp, D/16 lanes share a
 // row — lane lr holds the 16 columns {j·(D/16)·kVec + lr·kVec + e} of it, so the lanes' 16-byte accesses
 // of chunk j cover D contiguous bytes (D = 128: whole 128-byte lines; D = 64: half lines, whole 32-byte
 // sectors) — and the warp's row groups take kRowsPerThread rows each. Every thread thus holds

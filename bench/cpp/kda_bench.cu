@@ -1,6 +1,6 @@
 // The C++ benchmark of the CUDA backend, with no Python needed (runs from the build folder):
 //
-//   kda_bench prefill [--reps N] [--json FILE] [--ckpt I] [--neg-eigval] [--plans a,b,...] [case ...]
+//   kda_bench prefill [--reps N] [--json FILE] [--ckpt I] [--neg-eigval] [--graph] [--plans a,b,...] [case ...]
 //        the benchmark's prefill cases (python/flash_kda/bench/cases.json, every group, through the
 //        generated bench_cases.h; then the K = V = 64 cases fixed96_d64, fixed16_d64, fixed16_d64_sp
 //        of tests/gpu/cuda_common.cuh): median time of the forward, the copy floor (a device copy of
@@ -8,7 +8,9 @@
 //        (default auto; names as in the GPU tests: auto, fused, prepared, split, split:L,
 //        prepared16/32, split16/32[:L]); --ckpt I: with prefix-cache checkpoints every I tokens (the
 //        cost of them); --neg-eigval: with allow_neg_eigval (beta = 2 sigmoid; -T solved in two terms,
-//        docs/kernel.md "Numerical choices")
+//        docs/kernel.md "Numerical choices"); --graph: each call replayed from a CUDA graph (the host's
+//        part of the call out of the time); the host's time a call (eager: the whole call; graph:
+//        the graph launch) is the last column, host_us_median in the JSON
 //   kda_bench decode [--reps N] [--json FILE] [case ...]
 //        the benchmark's decode256_32 and B = 1..256, T = 1, 4, fp32/bf16 pools, H = 32, then
 //        K = V = 64 rows (decode256_32_d64, ...): per-call median over rotated pools and inputs, each
@@ -18,6 +20,7 @@
 // cases by name (default all). FLASH_KDA_TEST_SEED=N replays the inputs of a run (each prints its
 // seed first). Exits 77 where no CUDA device is present, 2 on a bad command line.
 // (The GPU correctness tests are in tests/gpu; the Python benchmark is python -m flash_kda.bench.)
+#include <chrono>
 #include <functional>
 #include <numeric>
 
@@ -36,12 +39,17 @@ float median(std::vector<float> x) {
 int64_t g_bench_ckpt = 0;
 // --neg-eigval (prefill): every case with allow_neg_eigval.
 bool g_bench_neg_eigval = false;
+// --graph (prefill): each call replayed from a CUDA graph (the host's part of a call out of the time,
+// as python -m flash_kda.bench times it); without it, eager calls (the host's part included).
+bool g_bench_graph = false;
 
 int run_bench(int reps, const char* json_path, const std::vector<std::string>& only) {
   const std::vector<BenchCase>& cases = bench_cases();
   FILE* js = json_path ? std::fopen(json_path, "w") : nullptr;
   if (js) std::fprintf(js, "[\n");
-  std::printf("%-12s %-10s %10s %10s %8s\n", "case", "plan", "ours ms", "floor ms", "ratio");
+  std::printf("%-12s %-10s %10s %10s %8s %9s\n", "case", "plan", "ours ms", "floor ms", "ratio", "host us");
+  cudaStream_t stream = nullptr;
+  if (g_bench_graph) CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   bool first = true;
   cudaEvent_t e0, e1;
   CUDA_OK(cudaEventCreate(&e0));
@@ -80,12 +88,39 @@ int run_bench(int reps, const char* json_path, const std::vector<std::string>& o
     CUDA_OK(cudaMemset(src, 1, copy_bytes));
     for (const PlanChoice& plan : g_plans) {
       g_plan = plan;
-      std::vector<float> t_ours, t_copy;
+      // --graph: the call captured once (after one eager call) and replayed; eager calls run on the
+      // legacy default stream, as before.
+      cudaGraphExec_t exec = nullptr;
+      if (g_bench_graph) {
+        CUDA_OK(cudaDeviceSynchronize());  // (the inputs' uploads, on the legacy stream)
+        Status st = run_fwd(p, stream);
+        if (st.ok()) {
+          CUDA_OK(cudaStreamSynchronize(stream));
+          cudaGraph_t graph;
+          CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+          st = run_fwd(p, stream);
+          CUDA_OK(cudaStreamEndCapture(stream, &graph));
+          CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+          CUDA_OK(cudaGraphDestroy(graph));
+        }
+        if (!st.ok()) {
+          std::printf("fwd failed: %s\n", st.message.c_str());
+          return 1;
+        }
+      }
+      cudaStream_t s = g_bench_graph ? stream : nullptr;
+      std::vector<float> t_ours, t_copy, t_host;
       for (int r = 0; r < reps + 5; ++r) {
         // Interleave the kernel and the copy so that both see the same clocks and thermal state.
-        CUDA_OK(cudaEventRecord(e0));
-        Status st = run_fwd(p, nullptr);
-        CUDA_OK(cudaEventRecord(e1));
+        CUDA_OK(cudaEventRecord(e0, s));
+        const auto h0 = std::chrono::steady_clock::now();
+        Status st = Status::Ok();
+        if (exec)
+          CUDA_OK(cudaGraphLaunch(exec, s));
+        else
+          st = run_fwd(p, s);
+        const auto h1 = std::chrono::steady_clock::now();
+        CUDA_OK(cudaEventRecord(e1, s));
         if (!st.ok()) {
           std::printf("fwd failed: %s\n", st.message.c_str());
           return 1;
@@ -94,17 +129,20 @@ int run_bench(int reps, const char* json_path, const std::vector<std::string>& o
         float ms;
         CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
         if (r >= 5) t_ours.push_back(ms);
-        CUDA_OK(cudaEventRecord(e0));
-        CUDA_OK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice));
-        CUDA_OK(cudaEventRecord(e1));
+        if (r >= 5) t_host.push_back(std::chrono::duration<float, std::micro>(h1 - h0).count());
+        CUDA_OK(cudaEventRecord(e0, s));
+        CUDA_OK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, s));
+        CUDA_OK(cudaEventRecord(e1, s));
         CUDA_OK(cudaEventSynchronize(e1));
         CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
         if (r >= 5) t_copy.push_back(ms);
       }
-      const float mo = median(t_ours), mc = median(t_copy);
+      if (exec) CUDA_OK(cudaGraphExecDestroy(exec));
+      const float mo = median(t_ours), mc = median(t_copy), mh = median(t_host);
       std::sort(t_ours.begin(), t_ours.end());
-      std::printf("%-12s %-10s %10.3f %10.3f %8.2f%s%s\n", bc.id, plan.name.c_str(), mo, mc, mo / mc,
-                  g_bench_ckpt > 0 ? "  (checkpoints)" : "", g_bench_neg_eigval ? "  (neg eigval)" : "");
+      std::printf("%-12s %-10s %10.3f %10.3f %8.2f %9.1f%s%s%s\n", bc.id, plan.name.c_str(), mo, mc, mo / mc, mh,
+                  g_bench_ckpt > 0 ? "  (checkpoints)" : "", g_bench_neg_eigval ? "  (neg eigval)" : "",
+                  g_bench_graph ? "  (graph)" : "");
       std::fflush(stdout);
       if (js) {
         std::fprintf(
@@ -113,11 +151,11 @@ int run_bench(int reps, const char* json_path, const std::vector<std::string>& o
             "\"H\": %d, \"D\": %d, \"tokens\": %lld, "
             "\"bytes\": %.0f, "
             "\"ours_ms_median\": %.5f, \"ours_ms_p10\": %.5f, \"ours_ms_p90\": %.5f, \"copy_ms_median\": %.5f, "
-            "\"floor_ratio\": %.4f, \"reps\": %d}",
+            "\"floor_ratio\": %.4f, \"host_us_median\": %.2f, \"graph\": %s, \"reps\": %d}",
             first ? "" : ",\n", bc.id, plan.name.c_str(), static_cast<long long>(g_bench_ckpt),
-            g_bench_neg_eigval ? "true" : "false", bc.H, bc.dim,
-            static_cast<long long>(tok), bytes, mo, t_ours[t_ours.size() / 10], t_ours[t_ours.size() * 9 / 10], mc,
-            mo / mc, reps);
+            g_bench_neg_eigval ? "true" : "false", bc.H, bc.dim, static_cast<long long>(tok), bytes, mo,
+            t_ours[t_ours.size() / 10], t_ours[t_ours.size() * 9 / 10], mc, mo / mc, mh,
+            g_bench_graph ? "true" : "false", reps);
         first = false;
       }
     }
@@ -332,10 +370,11 @@ int main(int argc, char** argv) {
   using namespace flash_kda::gpu_test;
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode != "prefill" && mode != "decode") {
-    std::fprintf(stderr,
-                 "usage: %s prefill [--reps N] [--json FILE] [--ckpt I] [--neg-eigval] [--plans a,b,...] [case ...]\n"
-                 "       %s decode [--reps N] [--json FILE] [case ...]\n",
-                 argv[0], argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s prefill [--reps N] [--json FILE] [--ckpt I] [--neg-eigval] [--graph] [--plans a,b,...] [case ...]\n"
+        "       %s decode [--reps N] [--json FILE] [case ...]\n",
+        argv[0], argv[0]);
     return 2;
   }
   int reps = 50;
@@ -350,6 +389,8 @@ int main(int argc, char** argv) {
       g_bench_ckpt = std::atoll(argv[++i]);
     } else if (!std::strcmp(argv[i], "--neg-eigval")) {
       g_bench_neg_eigval = true;
+    } else if (!std::strcmp(argv[i], "--graph")) {
+      g_bench_graph = true;
     } else if (!std::strcmp(argv[i], "--plans") && i + 1 < argc) {
       g_plans = parse_plan_list(argv[++i]);
     } else {

@@ -50,6 +50,7 @@ inline void bar_arrive(int id, int count) {
 }
 // Programmatic dependent launch (below): nothing to wait for on the CPU, one kernel runs at a time.
 inline void wait_for_prior_grid() {}
+inline void allow_dependents() {}
 // ex2.approx.ftz / rcp.approx.ftz: exact values, subnormal results flushed to zero
 inline float ftz(float x) { return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.f, x) : x; }
 inline float ex2(float x) { return ftz(std::exp2(ftz(x))); }
@@ -155,6 +156,10 @@ __device__ __forceinline__ void bar_arrive(int id, int count) {
 // blocks until that kernel has completed and its memory is visible (a no-op for a kernel launched
 // without the attribute).
 __device__ __forceinline__ void wait_for_prior_grid() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+// Lets the kernel after this one in the stream, if launched with that attribute, be scheduled now
+// rather than as this grid's CTAs exit (the plan kernel: one CTA, and the preparation may start
+// beside it).
+__device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
 __device__ __forceinline__ float ex2(float x) {
   float y;

@@ -48,6 +48,9 @@ __device__ __forceinline__ void block_exclusive_scan(int64_t (&v)[kSeqTableSums]
 // One CTA of 1024 threads builds the SeqTable (reads the caller's index arrays exactly once).
 __global__ void __launch_bounds__(1024)
     kda_plan_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p) {
+  // The next kernel (the preparation) may start now: where it needs this table it waits for this
+  // grid, and where it does not (fixed batches) it prepares meanwhile (kda_prep.cuh).
+  ptx::allow_dependents();
   __shared__ int64_t warp_sums[32][kSeqTableSums];
   __shared__ unsigned long long longest;
   constexpr int C = kChunkTokens;

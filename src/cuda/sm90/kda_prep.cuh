@@ -224,12 +224,24 @@ struct PairSink {
 
 // Byte address of prepared chunk `c` of sequence n, head hv (head dimension kD). kPair (32-token
 // steps): the two slots of a pair of one head are adjacent (chunk_off is even for every sequence).
+// prepared_at: the same from the sequence's chunk_off entry.
 template <int kD, bool kPair = false>
-__device__ __forceinline__ unsigned char* prepared_chunk(const PlanArgs& p, int heads_v, int n, int hv, int64_t c) {
+__device__ __forceinline__ unsigned char* prepared_at(const PlanArgs& p, int heads_v, int64_t chunk_off, int hv,
+                                                      int64_t c) {
   if constexpr (kPair)
     return p.prepared +
-           ((p.seq.chunk_off[n] + (c & ~int64_t(1))) * heads_v + 2 * hv + (c & 1)) * int64_t(KdaPrepared<kD>::kPairSlot);
-  return p.prepared + ((p.seq.chunk_off[n] + c) * heads_v + hv) * int64_t(KdaPrepared<kD>::kBytes);
+           ((chunk_off + (c & ~int64_t(1))) * heads_v + 2 * hv + (c & 1)) * int64_t(KdaPrepared<kD>::kPairSlot);
+  return p.prepared + ((chunk_off + c) * heads_v + hv) * int64_t(KdaPrepared<kD>::kBytes);
+}
+template <int kD, bool kPair = false>
+__device__ __forceinline__ unsigned char* prepared_chunk(const PlanArgs& p, int heads_v, int n, int hv, int64_t c) {
+  return prepared_at<kD, kPair>(p, heads_v, p.seq.chunk_off[n], hv, c);
+}
+
+// A sequence's chunk slots in the workspace (the plan kernel's chunk_off step): with 32-token steps
+// rounded up to a whole last pair.
+__host__ __device__ constexpr int64_t padded_chunks(int64_t chunks, bool pair) {
+  return pair ? (chunks + 1) & ~int64_t(1) : chunks;
 }
 
 // After a pair's chunk b (the group synchronised): (-T)[b][a] = (-T_b) A[b][a] (-T_a) into slot a's
@@ -258,28 +270,34 @@ __device__ __forceinline__ void pair_epilogue(typename KdaPrepTraits<kD>::Smem& 
       make_float2(ptx::round_tf32_by(r.x, t_round), ptx::round_tf32_by(r.y, t_round));
 }
 
-// kD: the head dimension; kSoftplus: the softplus gate's producer (docs/spec.md, "Gate forms");
-// kPair: the pair format of 32-token steps (PairSink; prep_chunks is even, and a sequence's chunk
-// count is rounded up to even: a missing chunk b is all past the end, an exact identity); kTma: the
-// raw tiles arrive by tensor copies through `maps` (kda_raw_maps.h; unused otherwise).
+// The body of kda_prep_kernel: this CTA's chunks (nothing where it has none).
 template <int kD, bool kSoftplus, bool kPair, bool kTma>
-__global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>::kCtasPerSm)
-    kda_prep_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p,
-                    const __grid_constant__ RawMaps maps) {
+__device__ __forceinline__ void prep_blocks(const KdaFwdArgs& a, const PlanArgs& p, const RawMaps& maps,
+                                            typename KdaPrepTraits<kD>::Smem& sm, bool fixed) {
   using Tr = KdaPrepTraits<kD>;
-  FLASH_KDA_DYNAMIC_SMEM(smem_bytes);
-  auto& sm = *reinterpret_cast<typename Tr::Smem*>(smem_bytes);
-  // Launched after the previous kernel of the call (kda_prepared_launch.cuh), possibly before it has
-  // finished: nothing it wrote is read before the wait.
-  ptx::wait_for_prior_grid();
-  if (fused_chosen(a)) return;
   const int hv = blockIdx.x % a.heads_v;
   int n;
-  int64_t block;
-  // Every warp finds the sequence itself (the same answer): no broadcast, no extra barrier.
-  if (!locate(p.seq.prep_off, a.num_seqs, blockIdx.x / a.heads_v, n, block)) return;
-  const WorkUnit w = table_unit(a, p.seq, n, hv, 0);
-  if (w.skip) return;  // a padding sequence is never read
+  int64_t block, chunk_off;
+  WorkUnit w;
+  if (fixed) {
+    // the plan kernel's table, computed: sequence n is batch row n, tokens [0, seqlen)
+    const int64_t chunks = chunk_count(a.seqlen, 0),
+                  per_seq = (padded_chunks(chunks, kPair) + p.prep_chunks - 1) / p.prep_chunks;
+    const int64_t r = blockIdx.x / a.heads_v;
+    if (per_seq == 0 || r >= per_seq * a.num_seqs) return;
+    n = int(r / per_seq);
+    block = r % per_seq;
+    w.seq = n, w.hv = hv, w.slice = 0, w.row = n, w.begin = 0, w.len = a.seqlen, w.slot = n, w.skip = false,
+    w.zero_init = false, w.shift = 0;
+    chunk_off = n * padded_chunks(chunks, kPair);
+  } else {
+    if (fused_chosen(a)) return;
+    // Every warp finds the sequence itself (the same answer): no broadcast, no extra barrier.
+    if (!locate(p.seq.prep_off, a.num_seqs, blockIdx.x / a.heads_v, n, block)) return;
+    w = table_unit(a, p.seq, n, hv, 0);
+    if (w.skip) return;  // a padding sequence is never read
+    chunk_off = p.seq.chunk_off[n];
+  }
   int nchunks = int(chunk_count(w.len, w.shift));
   if constexpr (kPair) nchunks = (nchunks + 1) & ~1;
   const int c0 = int(block) * p.prep_chunks, c1 = min(c0 + p.prep_chunks, nchunks);
@@ -292,27 +310,53 @@ __global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>
     producer.run_chunks(
         c0, 1, c1,
         [&](int i) {
-          return PairSink<kD>{WorkspaceSink<kD>{sm.tiles, prepared_chunk<kD, true>(p, a.heads_v, n, hv, i), inv_scale,
-                                                t_round},
-                              prepared_chunk<kD, true>(p, a.heads_v, n, hv, i & ~1),
-                              sm.stash,
-                              sm.group.l_t,
-                              gamma_a,
-                              a.scale,
-                              (i & 1) != 0};
+          return PairSink<kD>{
+              WorkspaceSink<kD>{sm.tiles, prepared_at<kD, true>(p, a.heads_v, chunk_off, hv, i), inv_scale, t_round},
+              prepared_at<kD, true>(p, a.heads_v, chunk_off, hv, i & ~1),
+              sm.stash,
+              sm.group.l_t,
+              gamma_a,
+              a.scale,
+              (i & 1) != 0};
         },
         [](int) {},
         [&](int i) {
           if (i & 1)
-            pair_epilogue<kD>(sm, prepared_chunk<kD, true>(p, a.heads_v, n, hv, i - 1), threadIdx.x, t_round);
+            pair_epilogue<kD>(sm, prepared_at<kD, true>(p, a.heads_v, chunk_off, hv, i - 1), threadIdx.x, t_round);
         });
   } else {
-    unsigned char* base = prepared_chunk<kD>(p, a.heads_v, n, hv, 0);
+    unsigned char* base = prepared_at<kD>(p, a.heads_v, chunk_off, hv, 0);
     const int64_t stride = int64_t(a.heads_v) * KdaPrepared<kD>::kBytes;
     producer.run_chunks(
-        c0, 1, c1, [&](int i) { return WorkspaceSink<kD>{sm.tiles, base + i * stride, inv_scale, t_round}; }, [](int) {},
-        [](int) {});
+        c0, 1, c1,
+        [&](int i) {
+          return WorkspaceSink<kD>{sm.tiles, base + i * stride, inv_scale, t_round};
+        },
+        [](int) {}, [](int) {});
   }
+}
+
+// kD: the head dimension; kSoftplus: the softplus gate's producer (docs/spec.md, "Gate forms");
+// kPair: the pair format of 32-token steps (PairSink; prep_chunks is even, and a sequence's chunk
+// count is rounded up to even: a missing chunk b is all past the end, an exact identity); kTma: the
+// raw tiles arrive by tensor copies through `maps` (kda_raw_maps.h; unused otherwise).
+template <int kD, bool kSoftplus, bool kPair, bool kTma>
+__global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>::kCtasPerSm)
+    kda_prep_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p,
+                    const __grid_constant__ RawMaps maps) {
+  using Tr = KdaPrepTraits<kD>;
+  FLASH_KDA_DYNAMIC_SMEM(smem_bytes);
+  auto& sm = *reinterpret_cast<typename Tr::Smem*>(smem_bytes);
+  // Launched after the plan kernel, which lets it start at once (kda_plan_kernel). A fixed batch
+  // whose grid is not shifted (no cu_seqlens, no checkpoint_start: uniform over the grid) needs
+  // nothing the plan kernel writes -- its sequences, chunk counts and workspace offsets are
+  // arithmetic, and padding slots (state_indices) are only skipped by the walks -- so it prepares
+  // while the plan kernel runs and waits for it only before exiting: the grid completes after the
+  // plan kernel, so the walks, which wait for this grid, see the table. Anything else waits first.
+  const bool fixed = a.cu_seqlens == nullptr && p.seq.shift == nullptr;
+  if (!fixed) ptx::wait_for_prior_grid();
+  prep_blocks<kD, kSoftplus, kPair, kTma>(a, p, maps, sm, fixed);
+  if (fixed) ptx::wait_for_prior_grid();
 }
 
 }  // namespace flash_kda::cuda::sm90

@@ -353,7 +353,7 @@ __global__ void __launch_bounds__(KdaPrepTraits<kD>::kThreads, KdaPrepTraits<kD>
   // arithmetic, and padding slots (state_indices) are only skipped by the walks -- so it prepares
   // while the plan kernel runs and waits for it only before exiting: the grid completes after the
   // plan kernel, so the walks, which wait for this grid, see the table. Anything else waits first.
-  const bool fixed = a.cu_seqlens == nullptr && p.seq.shift == nullptr;
+  const bool fixed = a.cu_seqlens == nullptr && a.checkpoint_start == nullptr;
   if (!fixed) ptx::wait_for_prior_grid();
   prep_blocks<kD, kSoftplus, kPair, kTma>(a, p, maps, sm, fixed);
   if (fixed) ptx::wait_for_prior_grid();

@@ -89,22 +89,25 @@ __device__ __forceinline__ float* neg_t_a_home(typename KdaPrepTraits<kD>::Tiles
   return &(t < 8 ? tl.k_tilde : tl.q_tilde)[t & 7][2 * kD + s];
 }
 
-// A[b][a] of a pair (fp32 [t][s]) at the start of the stash, at a row pitch of kPitchABa floats: the
-// Y product reads one column of it across 16 rows (lane / 2), which a pitch of 16 would put in 2
-// banks (8-way conflicts), 18 in 16.
-constexpr int kPitchABa = kChunkTokens + 2;
+// Y = A[b][a] (-T_a) of a pair (fp32 [t][s]) at the start of the stash, at a row pitch of kPitchY
+// floats: written by warp 1 in chunk b's P3 once every lane has read a's k_dec there, read by the
+// epilogue as B fragments (rows 2 t4, 2 t4 + 1 of a k-step, column g: a pitch of 20 puts the 32
+// lanes in distinct banks, 16 would put four on each).
+constexpr int kPitchY = kChunkTokens + 4;
 template <class Stash>
-__device__ __forceinline__ float (*pair_a_ba(Stash& stash))[kPitchABa] {
-  return reinterpret_cast<float(*)[kPitchABa]>(&stash);
+__device__ __forceinline__ float (*pair_y(Stash& stash))[kPitchY] {
+  static_assert(sizeof(Stash) >= kPitchY * kChunkTokens * sizeof(float), "Y fits the stash");
+  return reinterpret_cast<float(*)[kPitchY]>(&stash);
 }
 
-// Y = A[b][a] (-T_a) of a pair (fp32 [t][s]), in the stash after A[b][a]: both written by warp 1 in
-// chunk b's P3, when a's k_dec has been read.
-template <class Stash>
-__device__ __forceinline__ float (*pair_y(Stash& stash))[kChunkTokens] {
-  static_assert(sizeof(Stash) >= (kPitchABa + kChunkTokens) * kChunkTokens * sizeof(float), "A[b][a] and Y fit the stash");
-  return reinterpret_cast<float(*)[kChunkTokens]>(reinterpret_cast<unsigned char*>(&stash) +
-                                                  kPitchABa * kChunkTokens * sizeof(float));
+// One tf32 MMA term pair of an fp32 product to ~fp32 accuracy ("3xTF32"): with x = hi + rest (hi
+// the MMA's truncation of x, rest = ptx::tf32_rest(x) exact in fp32), d += a_hi b_hi + a_hi b_rest +
+// a_rest b_hi; what is left out is a_rest b_rest, ~2^-22 of the product.
+__device__ __forceinline__ void mma_tf32_x3(float (&d)[4], const float (&a)[4], float b0, float b1) {
+  const float ar[4] = {ptx::tf32_rest(a[0]), ptx::tf32_rest(a[1]), ptx::tf32_rest(a[2]), ptx::tf32_rest(a[3])};
+  ptx::mma_tf32(d, ar[0], ar[1], ar[2], ar[3], b0, b1);
+  ptx::mma_tf32(d, a[0], a[1], a[2], a[3], ptx::tf32_rest(b0), ptx::tf32_rest(b1));
+  ptx::mma_tf32(d, a[0], a[1], a[2], a[3], b0, b1);
 }
 
 template <int kD>
@@ -153,8 +156,8 @@ struct PairSink {
   }
   __device__ void neg_v(int, const float (&)[C]) const {}
   __device__ void m(int t, int s, float x) const { ws.m(t, s, x); }
-  // -T also stays in shared memory for pair_epilogue(), in fp32 (the epilogue's FMAs read it whole:
-  // round_tf32's value is meant for an MMA, which drops the low bits it biases): chunk a's in the row
+  // -T also stays in shared memory for the products of pair_epilogue(), in fp32 (they take it in
+  // two tf32 terms: round_tf32's value would lose its low bits): chunk a's in the row
   // padding of the tiles (which chunk b's tiles() does not write), chunk b's over L^T (the inverse
   // has read all of it: inverse() synchronises its lanes before the stores).
   __device__ void neg_t(int t, int s, float x) const {
@@ -162,8 +165,8 @@ struct PairSink {
     *(second ? &l_t[t][s] : neg_t_a_home<kD>(ws.tl, t, s)) = x;
   }
 
-  // Warp 1 in chunk b's P3 (lane = ptid % 32): M[b][a] into slot b's cross block, A[b][a] (fp32,
-  // [t][s]) over the stash once the warp has read it.
+  // Warp 1 in chunk b's P3 (lane = ptid % 32): M[b][a] into slot b's cross block, A[b][a] in
+  // registers for Y = A[b][a] (-T_a), which goes over the stash once the warp has read it.
   __device__ void cross(int ptid) const {
     if (!second) return;
     const int lane = ptid & 31, g = lane >> 2, t4 = lane & 3;
@@ -191,34 +194,35 @@ struct PairSink {
       }
     }
     float* m_ba = reinterpret_cast<float*>(ws.dst + Prepared::kCross);
-    __syncwarp();  // every lane has read the stash
-    float(*a_ba)[kPitchABa] = pair_a_ba(stash);
 #pragma unroll
     for (int n = 0; n < 2; ++n)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int t = g + 8 * h, s = 8 * n + 2 * t4;
-        *reinterpret_cast<float2*>(&a_ba[t][s]) = make_float2(acc_a[n][2 * h], acc_a[n][2 * h + 1]);
         *reinterpret_cast<float2*>(&m_ba[Prepared::square_word(t, s)]) = make_float2(
             ptx::round_tf32(acc_m[n][2 * h] * scale), ptx::round_tf32(acc_m[n][2 * h + 1] * scale));
       }
-    // The epilogue's first product, beside warp 0's inverse: Y = A[b][a] (-T_a) (lane: row t = lane / 2,
-    // columns 8 (lane % 2) .. + 7), into the stash after A[b][a] (pair_y()).
-    __syncwarp();  // A[b][a] is in the stash
-    const int t = lane >> 1, s0 = 8 * (lane & 1);
-    float y[8] = {};
+    // The epilogue's first product, beside warp 0's inverse: Y = A[b][a] (-T_a), on the tensor cores
+    // from the accumulators of A[b][a] as they stand. Column tile n of them is, read as a tf32 A
+    // fragment, k-step n of the product with its k index t4 standing for column 8n + 2 t4 and t4 + 4
+    // for 8n + 2 t4 + 1, so -T_a's rows are taken in that order (its fp32 values from the tiles'
+    // padding: neg_t_a_home).
+    float y[2][4] = {};
 #pragma unroll
-    for (int u = 0; u < C; ++u) {
-      const float x = a_ba[t][u];
-      const float* b = neg_t_a_home<kD>(ws.tl, u, s0);
-      const float4 b0 = *reinterpret_cast<const float4*>(b), b1 = *reinterpret_cast<const float4*>(b + 4);
-      const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+    for (int kk = 0; kk < 2; ++kk) {
+      const float a4[4] = {acc_a[kk][0], acc_a[kk][2], acc_a[kk][1], acc_a[kk][3]};
 #pragma unroll
-      for (int e = 0; e < 8; ++e) y[e] = fmaf(x, bv[e], y[e]);
+      for (int n = 0; n < 2; ++n)
+        mma_tf32_x3(y[n], a4, *neg_t_a_home<kD>(ws.tl, 8 * kk + 2 * t4, 8 * n + g),
+                    *neg_t_a_home<kD>(ws.tl, 8 * kk + 2 * t4 + 1, 8 * n + g));
     }
-    float* y_row = &pair_y(stash)[t][s0];
-    *reinterpret_cast<float4*>(y_row) = make_float4(y[0], y[1], y[2], y[3]);
-    *reinterpret_cast<float4*>(y_row + 4) = make_float4(y[4], y[5], y[6], y[7]);
+    __syncwarp();  // every lane has read a's k_dec from the stash, where Y goes
+    float(*y_tile)[kPitchY] = pair_y(stash);
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        *reinterpret_cast<float2*>(&y_tile[g + 8 * h][8 * n + 2 * t4]) = make_float2(y[n][2 * h], y[n][2 * h + 1]);
   }
 };
 
@@ -247,27 +251,37 @@ __host__ __device__ constexpr int64_t padded_chunks(int64_t chunks, bool pair) {
 // After a pair's chunk b (the group synchronised): (-T)[b][a] = (-T_b) A[b][a] (-T_a) into slot a's
 // cross block, from T = (I + diag(beta) A)^{-1} diag(beta) by blocks: T[b][a] = -T_b A[b][a] T_a.
 // Y = A[b][a] (-T_a) was formed by warp 1 in chunk b's P3 (PairSink::cross, beside the inverse);
-// here (-T_b) Y (thread: row t = ptid / 8, columns 2 (ptid % 8), +1), -T_b over L^T
-// (PairSink::neg_t), all in shared memory.
+// here warp 1 alone forms (-T_b) Y on the tensor cores (mma_tf32_x3: 12 MMAs), -T_b over L^T
+// (PairSink::neg_t), Y in the stash; the other warps go on to the next chunk, whose first writes to
+// either come after the next group barrier.
 template <int kD>
 __device__ __forceinline__ void pair_epilogue(typename KdaPrepTraits<kD>::Smem& sm, unsigned char* slot_a, int ptid,
                                               uint32_t t_round) {
   using Prepared = KdaPrepared<kD>;
-  constexpr int C = kChunkTokens;
-  const int t = ptid >> 3, s = 2 * (ptid & 7);
-  const float(*y_tile)[C] = pair_y(sm.stash);
-  const float(*neg_tb)[C] = sm.group.l_t;
-  float2 r = make_float2(0.f, 0.f);
+  if ((ptid >> 5) != 1) return;
+  const int lane = ptid & 31, g = lane >> 2, t4 = lane & 3;
+  const float(*y_tile)[kPitchY] = pair_y(sm.stash);
+  const float(*neg_tb)[kChunkTokens] = sm.group.l_t;
+  float d[2][4] = {};
 #pragma unroll
-  for (int w = 0; w < C / 2; ++w) {
-    const float2 nt = *reinterpret_cast<const float2*>(&neg_tb[t][2 * w]);
-    const float2 y0 = *reinterpret_cast<const float2*>(&y_tile[2 * w][s]);
-    const float2 y1 = *reinterpret_cast<const float2*>(&y_tile[2 * w + 1][s]);
-    r.x = fmaf(nt.x, y0.x, fmaf(nt.y, y1.x, r.x));
-    r.y = fmaf(nt.x, y0.y, fmaf(nt.y, y1.y, r.y));
+  for (int kk = 0; kk < 2; ++kk) {
+    // k index t4 stands for column 8 kk + 2 t4 of -T_b, t4 + 4 for the next one (8-byte loads)
+    const float2 lo = *reinterpret_cast<const float2*>(&neg_tb[g][8 * kk + 2 * t4]);
+    const float2 hi = *reinterpret_cast<const float2*>(&neg_tb[g + 8][8 * kk + 2 * t4]);
+    const float a4[4] = {lo.x, hi.x, lo.y, hi.y};
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+      mma_tf32_x3(d[n], a4, y_tile[8 * kk + 2 * t4][8 * n + g], y_tile[8 * kk + 2 * t4 + 1][8 * n + g]);
   }
-  *reinterpret_cast<float2*>(slot_a + Prepared::kCross + 4 * Prepared::square_word(t, s)) =
-      make_float2(ptx::round_tf32_by(r.x, t_round), ptx::round_tf32_by(r.y, t_round));
+  float* cross = reinterpret_cast<float*>(slot_a + Prepared::kCross);
+#pragma unroll
+  for (int n = 0; n < 2; ++n)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int t = g + 8 * h, s = 8 * n + 2 * t4;
+      *reinterpret_cast<float2*>(&cross[Prepared::square_word(t, s)]) =
+          make_float2(ptx::round_tf32_by(d[n][2 * h], t_round), ptx::round_tf32_by(d[n][2 * h + 1], t_round));
+    }
 }
 
 // The body of kda_prep_kernel: this CTA's chunks (nothing where it has none).

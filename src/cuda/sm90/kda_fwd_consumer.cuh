@@ -281,10 +281,11 @@ struct ChunkMath {
       ua[kk][2] = ptx::round_tf32(u[kk][1]), ua[kk][3] = ptx::round_tf32(u[kk][3]);
     }
     if constexpr (kOut) {
+      // (tile n = 0, kk = 1 of M is above the diagonal: zero, and not stored in the prepared form)
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
-        for (int n = 0; n < 2; ++n) {
+        for (int n = kk; n < 2; ++n) {
           const float2 b = View::m(st, 8 * n + g, 8 * kk + 2 * t4);
           ptx::mma_tf32(xq[n], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
         }

@@ -97,7 +97,7 @@ struct KdaDims {
 
 // One prepared chunk of one value head as the preparation pass stores it in the workspace and the
 // recurrence kernel copies it, unchanged, into shared memory (byte offsets, for head dimension kD;
-// 14,848 bytes at kD = 128 against 16.4 KB of raw q, k, v, g, beta, 8,448 at kD = 64). The three
+// 14,336 bytes at kD = 128 against 16.4 KB of raw q, k, v, g, beta, 7,936 at kD = 64). The three
 // 16 x kD tiles are fp16: every element is at most 1 in magnitude (unit-norm k_hat and q_hat times
 // decays <= 1), fp16 keeps tf32's 10-bit mantissa, and what underflows below 2^-24 is an absolute
 // error under 6e-8 on a unit-norm vector. q_hat is stored without `scale` (any finite scale then
@@ -118,23 +118,25 @@ struct KdaPrepared {
   // fp16 words (channel c, token pair w = tokens 2w, 2w + 1) of k_hat_s 2^{G_last - G_s}:
   // unit (8 (c / 16) + c % 8) * 4 + w % 4, word 2 ((c / 8) % 2) + w / 4 of it
   static constexpr int kKDec = 32 * kD;
-  // fp32 [16][16], element (t, s) at t * 16 + (s ^ 8 ((t / 2) % 2)): -(I + diag(beta) A)^{-1} diag(beta)
+  // fp32, the lower triangle's three 8 x 8 blocks of the 16 x 16 square (square_word; the block
+  // above the diagonal is zero and no consumer reads it): -(I + diag(beta) A)^{-1} diag(beta)
   static constexpr int kNegT = 64 * kD;
+  static constexpr int kTriangle = 3 * 64 * 4;  // bytes of a stored lower triangle
   // fp32 [kD]: 2^{G_last}; channel c at unit 4 (c / 16) + (c % 8) / 2, word 2 ((c / 8) % 2) + c % 2
-  static constexpr int kGamma = 64 * kD + 1024;
-  static constexpr int kOutputFree = 68 * kD + 1024;
+  static constexpr int kGamma = kNegT + kTriangle;
+  static constexpr int kOutputFree = kGamma + 4 * kD;
   static constexpr int kQHat = kOutputFree;   // fp16, as k_tilde: q_hat 2^{G_t} (no scale)
-  static constexpr int kM = 100 * kD + 1024;  // fp32, as -T: masked q_tilde k_bar^T (with scale)
-  static constexpr int kBytes = 100 * kD + 2048;
+  static constexpr int kM = kQHat + 32 * kD;  // fp32, as -T: masked q_tilde k_bar^T (with scale)
+  static constexpr int kBytes = kM + kTriangle;
   // 32-token steps (docs/kernel.md, "32-token steps"): a pair of chunks (a, b) is two slots of
   // kPairSlot bytes, adjacent in the workspace. Each slot is the format above with every tile taken
   // relative to the pair (a's k_dec to the pair's end and its gamma the pair's decay; b's k_tilde and
-  // q_hat to the pair's start), followed by a 16 x 16 cross block at kCross in the square layout:
-  // slot a holds (-T)[b][a], slot b M[b][a].
+  // q_hat to the pair's start), followed by a 16 x 16 cross block at kCross in the square layout,
+  // all four blocks: slot a holds (-T)[b][a], slot b M[b][a].
   static constexpr int kCross = kBytes;
   static constexpr int kPairSlot = kBytes + 1024;
-  static_assert(kD != 128 || (kKDec == 4096 && kNegT == 8192 && kGamma == 9216 && kQHat == 9728 && kM == 13824 &&
-                              kBytes == 14848),
+  static_assert(kD != 128 || (kKDec == 4096 && kNegT == 8192 && kGamma == 8960 && kQHat == 9472 && kM == 13568 &&
+                              kBytes == 14336),
                 "the K = V = 128 format");
   static_assert(kOutputFree % 16 == 0 && kBytes % 16 == 0, "bulk copies move multiples of 16 bytes");
 
@@ -147,7 +149,15 @@ struct KdaPrepared {
   __host__ __device__ static constexpr int gamma_word(int c) {
     return (4 * (c >> 4) + ((c & 7) >> 1)) * 4 + 2 * ((c >> 3) & 1) + (c & 1);
   }
-  __host__ __device__ static constexpr int square_word(int t, int s) { return t * 16 + (s ^ (8 * ((t >> 1) & 1))); }
+  // Element (t, s) of a 16 x 16 square: its 8 x 8 block (t / 8, s / 8) holds 64 consecutive words,
+  // row-major, the blocks in the order (0, 0), (1, 0), (1, 1), (0, 1) -- so a lower triangle is the
+  // first 192 words, and a consumer's B fragment load (lanes 4 g + t4: element (8 r + g, 8 c + 2 t4)
+  // and the next) is 256 contiguous bytes of one block, each half-warp's 128 in distinct banks.
+  __host__ __device__ static constexpr int square_word(int t, int s) {
+    return 64 * ((t >> 3) ? 1 + (s >> 3) : 3 * (s >> 3)) + 8 * (t & 7) + (s & 7);
+  }
+  // Whether (t, s) of -T or M is stored (the block above the diagonal is not).
+  __host__ __device__ static constexpr bool in_triangle(int t, int s) { return t >= 8 || s < 8; }
 };
 
 // The shared-memory tiles of one prepared chunk as the consumers read them (all values already

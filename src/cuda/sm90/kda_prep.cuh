@@ -61,11 +61,14 @@ struct WorkspaceSink {
     reinterpret_cast<float*>(dst + Prepared::kGamma)[Prepared::gamma_word(c)] = g;
   }
   __device__ void neg_v(int, const float (&)[kChunkTokens]) const {}
+  // (the zeros above the diagonal are not stored: Prepared::in_triangle)
   __device__ void m(int t, int s, float x) const {
-    reinterpret_cast<float*>(dst + Prepared::kM)[Prepared::square_word(t, s)] = ptx::round_tf32(x);
+    if (Prepared::in_triangle(t, s))
+      reinterpret_cast<float*>(dst + Prepared::kM)[Prepared::square_word(t, s)] = ptx::round_tf32(x);
   }
   __device__ void neg_t(int t, int s, float x) const {
-    reinterpret_cast<float*>(dst + Prepared::kNegT)[Prepared::square_word(t, s)] = ptx::round_tf32_by(x, t_round);
+    if (Prepared::in_triangle(t, s))
+      reinterpret_cast<float*>(dst + Prepared::kNegT)[Prepared::square_word(t, s)] = ptx::round_tf32_by(x, t_round);
   }
   __device__ void cross(int) const {}  // (the producer's warp 1 in P3: only pairs have work there)
 };

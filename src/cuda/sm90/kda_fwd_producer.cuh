@@ -60,6 +60,7 @@ __device__ __forceinline__ void swap_if(bool swap, float a, float b, float& x, f
 // The fused kernel's sink: the prepared chunk lands in a shared-memory ring stage, rounded to tf32.
 template <class Stage>
 struct StageSink {
+  static constexpr bool kTriangle = false;  // -T and M whole (the prepared form stores triangles)
   Stage& st;
   uint32_t t_round;  // neg_t_rounding: -T rounded to tf32, or unrounded (exact_neg_t)
   __device__ const float (*k_tilde() const)[Stage::kPitchKI] { return st.k_tilde; }
@@ -748,6 +749,9 @@ struct KdaProducer {
 #pragma unroll
     for (int e = 0; e < C * C / 64; ++e) {
       const int idx = C * C / 2 * half + 32 * e + lane, t = idx / C, s = idx % C;
+      if constexpr (Sink::kTriangle) {
+        if (t < 8 && s >= 8) continue;  // the block above the diagonal is not stored
+      }
       const bool lower = s <= t;
       const float sum = pair_sum(pair_of(s), lower ? slot_m(t, s) : 0);
       sink.m(t, s, lower ? sum : 0.f);

@@ -17,6 +17,7 @@ namespace flash_kda::cuda::sm90 {
 template <int kD>
 struct WorkspaceSink {
   using Prepared = KdaPrepared<kD>;
+  static constexpr bool kTriangle = true;  // -T and M: the lower triangles' blocks only
   static constexpr int kPitchKI = KdaDims<kD>::kPitchKI;
   typename KdaPrepTraits<kD>::Tiles& tl;
   unsigned char* dst;  // this chunk's KdaPrepared
@@ -116,6 +117,7 @@ __device__ __forceinline__ void mma_tf32_x3(float (&d)[4], const float (&a)[4], 
 template <int kD>
 struct PairSink {
   static_assert(kD == 128, "32-token steps are built for K = V = 128");
+  static constexpr bool kTriangle = true;
   using Prepared = KdaPrepared<kD>;
   using Tr = KdaPrepTraits<kD>;
   static constexpr int C = kChunkTokens;

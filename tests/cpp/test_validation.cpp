@@ -264,7 +264,7 @@ TEST_F(ValidateDirectly, RejectsWhatTheKernelsCannotDo) {
 // The CUDA forward runs K = V = 128 and K = V = 64: validate() accepts both under every plan, with
 // fp32, bf16 and absent states, a packed batch with empty and 1-token sequences, every gate form, a
 // state pool and prefix-cache checkpoints, each with the workspace workspace_size() asks for (a
-// smaller one at K = V = 64: prepared chunks of 7,936 bytes instead of 14,336 and 64 x 64 segment
+// smaller one at K = V = 64: prepared chunks of 7,552 bytes instead of 13,952 and 64 x 64 segment
 // states), and rejects every other head dimension, K != V included, as kUnsupported naming q.
 // Nothing is read from the (host) buffers.
 #ifdef FLASH_KDA_WITH_CUDA
@@ -368,8 +368,8 @@ TEST_F(ValidateDirectly, CudaForwardHeadDimensions) {
     }
 }
 
-// workspace_size() follows the head dimension: a prepared chunk is 14,336 bytes at K = V = 128 and
-// 7,936 at 64 (docs/kernel.md, KdaPrepared), a segment state 64 KB and 16 KB. Fixed batch B = 2,
+// workspace_size() follows the head dimension: a prepared chunk is 13,952 bytes at K = V = 128 and
+// 7,552 at 64 (docs/kernel.md, KdaPrepared), a segment state 64 KB and 16 KB. Fixed batch B = 2,
 // T = 100, HV = 2: 2 x 7 chunks a head, so the prepared plan's workspace shrinks by about
 // 28 x 6,400 bytes (each region is aligned to 256 bytes); a split adds segment states, and the fused
 // plan needs none.
@@ -391,7 +391,7 @@ TEST_F(ValidateDirectly, CudaWorkspaceFollowsHeadDimension) {
   };
   const int64_t chunks_times_heads = 2 * 7 * 2;
   for (int64_t dim : {128, 64}) {
-    const int64_t chunk_bytes = dim == 128 ? 14336 : 7936;
+    const int64_t chunk_bytes = dim == 128 ? 13952 : 7552;
     EXPECT_EQ(size(dim, FwdPlan::kFused, 0), 0);
     EXPECT_GE(size(dim, FwdPlan::kPrepared, 0), chunks_times_heads * chunk_bytes);
     // Segments of 1 chunk: 7 chunks split into segments 0 (1 chunk) .. 6, so 6 extra a sequence,
@@ -403,15 +403,15 @@ TEST_F(ValidateDirectly, CudaWorkspaceFollowsHeadDimension) {
   EXPECT_EQ(size(128, FwdPlan::kSplit, 2), size(128, FwdPlan::kSplit, 2, 32));
   EXPECT_NE(size(128, FwdPlan::kSplit, 2), size(128, FwdPlan::kSplit, 2, 16));
   EXPECT_EQ(size(64, FwdPlan::kSplit, 2), size(64, FwdPlan::kSplit, 2, 16));
-  // 32-token steps: every sequence's 7 chunks take 8 slots of the pair format (14,336 + 1,024 bytes);
+  // 32-token steps: every sequence's 7 chunks take 8 slots of the pair format (13,952 + 1,024 bytes);
   // K = V = 64 has no pairs (the 16-token size).
   EXPECT_EQ(size(128, FwdPlan::kPrepared, 0, 16), size(128, FwdPlan::kPrepared, 0));
   const int64_t pairs = size(128, FwdPlan::kPrepared, 0, 32) - size(128, FwdPlan::kPrepared, 0);
-  EXPECT_GE(pairs, 2 * 2 * (8 * 15360 - 7 * 14336) - 512);
+  EXPECT_GE(pairs, 2 * 2 * (8 * 14976 - 7 * 13952) - 512);
   EXPECT_EQ(size(64, FwdPlan::kPrepared, 0, 32), size(64, FwdPlan::kPrepared, 0));
   const int64_t shrink = size(128, FwdPlan::kPrepared, 0) - size(64, FwdPlan::kPrepared, 0);
-  EXPECT_GE(shrink, chunks_times_heads * (14336 - 7936) - 512);
-  EXPECT_LE(shrink, chunks_times_heads * (14336 - 7936) + 512);
+  EXPECT_GE(shrink, chunks_times_heads * (13952 - 7552) - 512);
+  EXPECT_LE(shrink, chunks_times_heads * (13952 - 7552) + 512);
 }
 
 // validate() on parameters with the documented "all zero means contiguous" strides accepts exactly

@@ -97,7 +97,7 @@ template <class Tr, bool kCk>
 struct PackedStageView {
   using Stage = typename Tr::Stage;
   using Prepared = KdaPrepared<Tr::kDim>;  // the chunk format of this head dimension
-  static constexpr bool kScaleQ = true;        // q_hat comes without the output scale
+  static constexpr bool kScaleQ = true;        // q_hat and M come without the output scale (M in fp16)
   static constexpr bool kHalfProducts = true;  // fp16 MMAs for S k_tilde^T, S q_hat^T, U^T k_dec
   static constexpr bool kCheckpoints = kCk;    // RowsIO::ck_* (prefix-cache checkpoints)
   __device__ static const Stage& acquire(typename Tr::Smem& sm, RingPos<Tr::kStages> r) {
@@ -156,8 +156,18 @@ struct PackedStageView {
   __device__ static float2 square(const Stage& st, int offset, int t, int s) {
     return *reinterpret_cast<const float2*>(st.prepared + offset + 4 * Prepared::square_word(t, s));
   }
+  // fp16 squares (M, and M[b][a] of a pair; KdaPrepared::kM): elements (t, s), (t, s + 1) as the
+  // fp16 pair an m16n8k16 B fragment takes (k = s), or as two floats for a tf32 one.
+  __device__ static uint32_t half_square(const Stage& st, int offset, int t, int s) {
+    return *reinterpret_cast<const uint32_t*>(st.prepared + offset + 2 * Prepared::square_word(t, s));
+  }
+  __device__ static float2 half_square_f(const Stage& st, int offset, int t, int s) {
+    return __half22float2(*reinterpret_cast<const __half2*>(st.prepared + offset + 2 * Prepared::square_word(t, s)));
+  }
   __device__ static float2 neg_t(const Stage& st, int t, int s) { return square(st, Prepared::kNegT, t, s); }
-  __device__ static float2 m(const Stage& st, int t, int s) { return square(st, Prepared::kM, t, s); }
+  // M without `scale` (kScaleQ: the consumers multiply the output by it)
+  __device__ static float2 m(const Stage& st, int t, int s) { return half_square_f(st, Prepared::kM, t, s); }
+  __device__ static uint32_t m16(const Stage& st, int t, int s) { return half_square(st, Prepared::kM, t, s); }
   __device__ static float2 k_dec(const Stage& st, int c, int t) {
     return word(st, Prepared::kKDec, Prepared::k_dec_word(c, t / 2));
   }
@@ -264,23 +274,26 @@ struct ChunkMath {
   }
 
   // Steps 3 and 4 from xq and U: O^T = xq scale + U^T M^T, S = S Diag(gamma) + U^T k_dec (U^T in
-  // fp16 with kHalf, else tf32; kDecay: S Diag(gamma) here, else the caller has done it).
+  // fp16 with kHalf, else tf32; kDecay: S Diag(gamma) here, else the caller has done it). The
+  // prepared form (kScaleQ) has q_hat and M without `scale`, M in fp16: with kHalf the output
+  // product is one m16n8k16 a token tile on U^T's fp16 fragments (those of the update), and `scale`
+  // multiplies the sum; the fused kernel's q_tilde and M carry `scale` (tf32 products).
   template <bool kOut, bool kHalf, bool kDecay>
   __device__ __forceinline__ void finish(const Stage& st, float (&S)[kTiles][4], float (&xq)[2][4],
                                          const float (&u)[2][4]) const {
-    if constexpr (View::kScaleQ && kOut) {
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) xq[n][r] *= scale;
-    }
     float ua[2][4];  // U^T as tf32 A fragments (k positions t, t + 4 = tokens 2t, 2t + 1)
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk) {
       ua[kk][0] = ptx::round_tf32(u[kk][0]), ua[kk][1] = ptx::round_tf32(u[kk][2]);
       ua[kk][2] = ptx::round_tf32(u[kk][1]), ua[kk][3] = ptx::round_tf32(u[kk][3]);
     }
-    if constexpr (kOut) {
+    if constexpr (kOut && View::kScaleQ && kHalf) {
+      const uint32_t af[4] = {ptx::pack_f16(u[0][0], u[0][1]), ptx::pack_f16(u[0][2], u[0][3]),
+                              ptx::pack_f16(u[1][0], u[1][1]), ptx::pack_f16(u[1][2], u[1][3])};
+      // tokens 0..7 (tile 0) see columns 0..7 only: the block above the diagonal is zero (b1 = 0)
+      ptx::mma_f16(xq[0], af, View::m16(st, g, 2 * t4), 0u);
+      ptx::mma_f16(xq[1], af, View::m16(st, 8 + g, 2 * t4), View::m16(st, 8 + g, 8 + 2 * t4));
+    } else if constexpr (kOut) {
       // (tile n = 0, kk = 1 of M is above the diagonal: zero, and not stored in the prepared form)
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk)
@@ -289,6 +302,12 @@ struct ChunkMath {
           const float2 b = View::m(st, 8 * n + g, 8 * kk + 2 * t4);
           ptx::mma_tf32(xq[n], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
         }
+    }
+    if constexpr (View::kScaleQ && kOut) {
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) xq[n][r] *= scale;
     }
     if constexpr (kDecay) decay(st, S);
     if constexpr (kHalf) {
@@ -492,29 +511,51 @@ struct PairMath {
     return __all_sync(0xffffffffu, b < 65504.f);
   }
 
+  // (as ChunkMath::finish; M, M[b][a] in fp16 without `scale`: with kHalf the output product is
+  // one m16n8k16 per token tile and chunk of U, on the update's fp16 fragments)
   template <bool kOut, bool kHalf, bool kDecay>
   __device__ __forceinline__ void finish(const Stage& st, float (&S)[kTiles][4], float (&xq)[NT][4],
                                          const float (&u)[NT][4]) const {
-    if constexpr (kOut) {
-#pragma unroll
-      for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) xq[n][r] *= scale;
-    }
     float ua[NT][4];
 #pragma unroll
     for (int kk = 0; kk < NT; ++kk) {
       ua[kk][0] = ptx::round_tf32(u[kk][0]), ua[kk][1] = ptx::round_tf32(u[kk][2]);
       ua[kk][2] = ptx::round_tf32(u[kk][1]), ua[kk][3] = ptx::round_tf32(u[kk][3]);
     }
-    if constexpr (kOut) {
+    if constexpr (kOut && kHalf) {
+      uint32_t af[2][4];  // U^T of chunk h's 16 tokens (k), as update_f16 forms them
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        af[h][0] = ptx::pack_f16(u[2 * h][0], u[2 * h][1]), af[h][1] = ptx::pack_f16(u[2 * h][2], u[2 * h][3]);
+        af[h][2] = ptx::pack_f16(u[2 * h + 1][0], u[2 * h + 1][1]);
+        af[h][3] = ptx::pack_f16(u[2 * h + 1][2], u[2 * h + 1][3]);
+      }
+      // token tile n (chunk n / 2, rows 8 (n % 2) ..) against chunk h's tokens: M_aa, M[b][a], M_bb;
+      // the block above a diagonal square's diagonal is zero (b1 = 0)
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int h = 0; h <= n / 2; ++h) {
+          const int off = block(Prepared::kM, n, 2 * h, false), t = 8 * (n % 2) + g;
+          const uint32_t b0 = View::half_square(st, off, t, 2 * t4);
+          const uint32_t b1 = (h < n / 2 || n % 2) ? View::half_square(st, off, t, 8 + 2 * t4) : 0u;
+          ptx::mma_f16(xq[n], af[h], b0, b1);
+        }
+    } else if constexpr (kOut) {
 #pragma unroll
       for (int kk = 0; kk < NT; ++kk)
 #pragma unroll
         for (int n = kk; n < NT; ++n) {
-          const float2 b = View::square(st, block(Prepared::kM, n, kk, false), 8 * (n % 2) + g, 8 * (kk % 2) + 2 * t4);
+          const float2 b =
+              View::half_square_f(st, block(Prepared::kM, n, kk, false), 8 * (n % 2) + g, 8 * (kk % 2) + 2 * t4);
           ptx::mma_tf32(xq[n], ua[kk][0], ua[kk][1], ua[kk][2], ua[kk][3], b.x, b.y);
         }
+    }
+    if constexpr (kOut) {
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) xq[n][r] *= scale;
     }
     if constexpr (kDecay) decay(st, S);
     if constexpr (kHalf) {

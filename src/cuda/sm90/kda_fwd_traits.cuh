@@ -97,7 +97,7 @@ struct KdaDims {
 
 // One prepared chunk of one value head as the preparation pass stores it in the workspace and the
 // recurrence kernel copies it, unchanged, into shared memory (byte offsets, for head dimension kD;
-// 14,336 bytes at kD = 128 against 16.4 KB of raw q, k, v, g, beta, 7,936 at kD = 64). The three
+// 13,952 bytes at kD = 128 against 16.4 KB of raw q, k, v, g, beta, 7,552 at kD = 64). The three
 // 16 x kD tiles are fp16: every element is at most 1 in magnitude (unit-norm k_hat and q_hat times
 // decays <= 1), fp16 keeps tf32's 10-bit mantissa, and what underflows below 2^-24 is an absolute
 // error under 6e-8 on a unit-norm vector. q_hat is stored without `scale` (any finite scale then
@@ -126,17 +126,22 @@ struct KdaPrepared {
   static constexpr int kGamma = kNegT + kTriangle;
   static constexpr int kOutputFree = kGamma + 4 * kD;
   static constexpr int kQHat = kOutputFree;   // fp16, as k_tilde: q_hat 2^{G_t} (no scale)
-  static constexpr int kM = kQHat + 32 * kD;  // fp32, as -T: masked q_tilde k_bar^T (with scale)
-  static constexpr int kBytes = kM + kTriangle;
+  // fp16, the lower triangle's three 8 x 8 blocks as -T's (element (t, s) at half square_word(t, s)):
+  // M = lower(q_hat k_bar^T) without `scale` (the consumers multiply it in), every entry at most 1 in
+  // magnitude (unit q_hat, k_hat and decays <= 1), so fp16 keeps tf32's 10-bit mantissa; its B
+  // fragments are the walk's fp16 output product's as they stand (fp16 U, k = the tokens s).
+  static constexpr int kM = kQHat + 32 * kD;
+  static constexpr int kTriangleHalf = 3 * 64 * 2;  // bytes of a stored fp16 lower triangle
+  static constexpr int kBytes = kM + kTriangleHalf;
   // 32-token steps (docs/kernel.md, "32-token steps"): a pair of chunks (a, b) is two slots of
   // kPairSlot bytes, adjacent in the workspace. Each slot is the format above with every tile taken
   // relative to the pair (a's k_dec to the pair's end and its gamma the pair's decay; b's k_tilde and
   // q_hat to the pair's start), followed by a 16 x 16 cross block at kCross in the square layout,
-  // all four blocks: slot a holds (-T)[b][a], slot b M[b][a].
+  // all four blocks: slot a holds (-T)[b][a] (fp32), slot b M[b][a] (fp16 as M, its first 512 bytes).
   static constexpr int kCross = kBytes;
   static constexpr int kPairSlot = kBytes + 1024;
   static_assert(kD != 128 || (kKDec == 4096 && kNegT == 8192 && kGamma == 8960 && kQHat == 9472 && kM == 13568 &&
-                              kBytes == 14336),
+                              kBytes == 13952),
                 "the K = V = 128 format");
   static_assert(kOutputFree % 16 == 0 && kBytes % 16 == 0, "bulk copies move multiples of 16 bytes");
 

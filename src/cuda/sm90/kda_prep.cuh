@@ -63,9 +63,10 @@ struct WorkspaceSink {
   }
   __device__ void neg_v(int, const float (&)[kChunkTokens]) const {}
   // (the zeros above the diagonal are not stored: Prepared::in_triangle)
+  // (M: x carries `scale`, which the fp16 form leaves out)
   __device__ void m(int t, int s, float x) const {
     if (Prepared::in_triangle(t, s))
-      reinterpret_cast<float*>(dst + Prepared::kM)[Prepared::square_word(t, s)] = ptx::round_tf32(x);
+      reinterpret_cast<__half*>(dst + Prepared::kM)[Prepared::square_word(t, s)] = __float2half_rn(x * inv_scale);
   }
   __device__ void neg_t(int t, int s, float x) const {
     if (Prepared::in_triangle(t, s))
@@ -126,7 +127,6 @@ struct PairSink {
   typename Tr::PairStash& stash;
   float (*l_t)[C];               // the group's L^T tile
   float& gamma_a;                // this thread's channel: a's decay, carried from a to b
-  float scale;
   bool second;
 
   __device__ const float (*k_tilde() const)[Tr::kPitchKI] { return ws.k_tilde(); }
@@ -198,14 +198,15 @@ struct PairSink {
         ptx::mma_f16(acc_m[n], aq, b0, b1);
       }
     }
-    float* m_ba = reinterpret_cast<float*>(ws.dst + Prepared::kCross);
+    // M[b][a] in fp16 without `scale`, as M (KdaPrepared::kM)
+    __half* m_ba = reinterpret_cast<__half*>(ws.dst + Prepared::kCross);
 #pragma unroll
     for (int n = 0; n < 2; ++n)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int t = g + 8 * h, s = 8 * n + 2 * t4;
-        *reinterpret_cast<float2*>(&m_ba[Prepared::square_word(t, s)]) = make_float2(
-            ptx::round_tf32(acc_m[n][2 * h] * scale), ptx::round_tf32(acc_m[n][2 * h + 1] * scale));
+        *reinterpret_cast<__half2*>(&m_ba[Prepared::square_word(t, s)]) =
+            __floats2half2_rn(acc_m[n][2 * h], acc_m[n][2 * h + 1]);
       }
     // The epilogue's first product, beside warp 0's inverse: Y = A[b][a] (-T_a), on the tensor cores
     // from the accumulators of A[b][a] as they stand. Column tile n of them is, read as a tf32 A
@@ -335,7 +336,6 @@ __device__ __forceinline__ void prep_blocks(const KdaFwdArgs& a, const PlanArgs&
               sm.stash,
               sm.group.l_t,
               gamma_a,
-              a.scale,
               (i & 1) != 0};
         },
         [](int) {},

@@ -14,7 +14,7 @@ FLASH_KDA_COMMIT=$1 CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install -q --no
 echo "== speed [$((SECONDS-S))s]"
 cd /tmp   # (import the installed package, not the source folder)
 export PYTHONPATH=/tmp/site:$ROOT/.anchors
-timeout $((570 - (SECONDS-S))) python3 -m flash_kda.bench speed --cases gpu --fla ${RUN_FLA:-h8_8k h4_64k} --flashkda auto --reps 20 --json $O/bench_py.json > $O/bench_py.log 2>&1
+timeout $((${RUN6_LIMIT:-570} - (SECONDS-S))) python3 -m flash_kda.bench speed --cases gpu --fla ${RUN_FLA:-h8_8k h4_64k} --flashkda auto --reps 20 --json $O/bench_py.json > $O/bench_py.log 2>&1
 echo "speed rc=$?"
 grep -E " ms " $O/bench_py.log | tail -20; grep -E "^- speed" $O/bench_py.log
 echo "== done [$((SECONDS-S))s]"

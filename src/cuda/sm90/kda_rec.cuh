@@ -35,7 +35,8 @@ struct KdaLoader {
   int lane;
 
   // Chunk i into stage i % kStages once the consumers released it: lane 0 announces the bytes and
-  // bulk-copies the prepared chunk (the parts without output only its first kOutputFree bytes);
+  // bulk-copies the prepared chunk (the parts without output only its first kOutputFree bytes, a
+  // pair's only the prefixes and (-T)[b][a]);
   // the v rows (kVRows columns of 16 tokens, one 16-byte piece a cp.async) are spread over the 32
   // lanes, zero-filled past the end of the sequence and for the virtual tokens before its start
   // (w.shift; docs/kernel.md, "The shifted chunk grid and checkpoints"), so the delta rule sees
@@ -57,9 +58,15 @@ struct KdaLoader {
   template <int kPieces>
   __device__ void copy_steps() {
     using Prepared = typename Tr::Prepared;
-    // (pairs: both slots whole, their cross blocks follow each slot's chunk)
+    // Pairs with output: both slots whole (their cross blocks follow each slot's chunk). Pairs
+    // without output need slot a's output-free prefix, its cross block (-T)[b][a] and slot b's
+    // prefix: two copies, the second from a's cross block on (which slot b follows), 19,968
+    // bytes of 29,952 at D = 128 (q_hat, M and M[b][a] are read only with output).
+    constexpr uint32_t kPairTail = uint32_t(Prepared::kPairSlot - Prepared::kCross + Prepared::kOutputFree);
     const uint32_t prepared_bytes =
-        Tr::kPair ? Tr::kStepBytes : (io.write_out ? Prepared::kBytes : Prepared::kOutputFree);
+        Tr::kPair ? (io.write_out ? uint32_t(Tr::kStepBytes) : uint32_t(Prepared::kOutputFree) + kPairTail)
+                  : (io.write_out ? Prepared::kBytes : Prepared::kOutputFree);
+    const bool pair_prefix = Tr::kPair && !io.write_out;
     int ck_next = io.ck_next, ck_m = io.ck_m;  // the walk's next boundary chunk and its column
     for (int i = 0; i < io.nchunks; ++i) {
       const int s = i % Tr::kStages;
@@ -67,7 +74,12 @@ struct KdaLoader {
       auto& st = sm.stage[s];
       if (lane == 0) {
         mbarrier_expect_tx(&sm.full[s], prepared_bytes);
-        bulk_copy_g2s(st.prepared, src0 + i * stride, prepared_bytes, &sm.full[s]);
+        if (pair_prefix) {
+          bulk_copy_g2s(st.prepared, src0 + i * stride, Prepared::kOutputFree, &sm.full[s]);
+          bulk_copy_g2s(st.prepared + Prepared::kCross, src0 + i * stride + Prepared::kCross, kPairTail, &sm.full[s]);
+        } else {
+          bulk_copy_g2s(st.prepared, src0 + i * stride, prepared_bytes, &sm.full[s]);
+        }
       }
       if (io.has_v) {
         const int64_t tok0 = int64_t(io.chunk0) * kChunkTokens + int64_t(i) * C - w.shift;  // the step's first token

@@ -23,16 +23,6 @@ for c in fixed32 long64k_32; do
   done
 done
 echo "== tests $(t)"
-export FLASH_KDA_GPU_PLANS=auto,fused,prepared,split:1,split:4,prepared32,split32,split32:4
-for x in test_cuda_forward test_cuda_checkpoints test_cuda_prefill_pool; do
-  timeout 100 build-dev/N/$x > $O/$x.log 2>&1
-  echo "$x rc=$? $(grep -c ' ok$' $O/$x.log) ok $(grep -ciE 'fail' $O/$x.log) fail-lines"
-done
-grep -E "stress|neg eigval|x 3e4|1e-3" $O/test_cuda_forward.log | grep -E "prepared32|split32|cuda/auto" | head -12
-export FLASH_KDA_GPU_PLANS=auto,fused,split:3,split32,prepared32
-for tool in memcheck racecheck; do
-  timeout 120 compute-sanitizer --tool $tool build-dev/N/test_cuda_sanitize --gtest_filter='*Forward*:*Checkpoint*' > $O/san_$tool.log 2>&1
-  echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $O/san_$tool.log | tail -1)"
-done
+bash scripts/gpu_tests_prebuilt.sh build-dev/N $O
 echo "== done $(t)"
 tar czf $OUT/all.tgz -C $O .

@@ -51,6 +51,11 @@ inline void bar_arrive(int id, int count) {
 // Programmatic dependent launch (below): nothing to wait for on the CPU, one kernel runs at a time.
 inline void wait_for_prior_grid() {}
 inline void allow_dependents() {}
+// setmaxnreg: the emulation has no register file to share out.
+template <int N>
+inline void setmaxnreg_inc() {}
+template <int N>
+inline void setmaxnreg_dec() {}
 // ex2.approx.ftz / rcp.approx.ftz: exact values, subnormal results flushed to zero
 inline float ftz(float x) { return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.f, x) : x; }
 inline float ex2(float x) { return ftz(std::exp2(ftz(x))); }
@@ -160,6 +165,19 @@ __device__ __forceinline__ void wait_for_prior_grid() { asm volatile("griddepcon
 // rather than as this grid's CTAs exit (the plan kernel: one CTA, and the preparation may start
 // beside it).
 __device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+
+// Register reallocation between the warpgroups of a CTA (sm_90a): every warp of a warpgroup executes
+// the same one; dec returns registers above N a thread to the CTA's pool, inc blocks until the pool
+// can raise the warpgroup to N. The pool is what the CTA got at launch (the kernel's register count
+// times its threads), so the counts must balance against __launch_bounds__.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
 
 __device__ __forceinline__ float ex2(float x) {
   float y;

@@ -316,8 +316,18 @@ struct KdaRecTraits : KdaDims<kD> {
   static constexpr int kConsumerWarps = kConsumerWarps_;
   static constexpr int kVRows = 16 * kConsumerWarps;
   static_assert(kVRows <= kDim && kDim % kVRows == 0, "a CTA owns a slice of the kD state rows");
-  static constexpr int kLoaderWarps = 1;
+  // Eight consumer warps and a loader warp would be 9 warps: one SM sub-partition then holds 3 of
+  // them, which caps every thread at 168 registers (16,384 a sub-partition), where the walk of 4
+  // consumer warps takes 202-214. So the 8-warp CTA has a whole loader warpgroup (warp 0 loads,
+  // warps 1-3 only give their registers back) and moves registers from it to the consumers
+  // (setmaxnreg): 384 threads at 168 = 128 at kLoaderRegs + 256 at kConsumerRegs.
+  static constexpr bool kRegRealloc = kConsumerWarps == 8;
+  static constexpr int kLoaderWarps = kRegRealloc ? 4 : 1;
   static constexpr int kThreads = 32 * (kLoaderWarps + kConsumerWarps);
+  static constexpr int kLaunchRegs = 168, kLoaderRegs = 72, kConsumerRegs = 216;
+  static_assert(!kRegRealloc || (kThreads * kLaunchRegs == 128 * kLoaderRegs + 256 * kConsumerRegs &&
+                                 kThreads * kLaunchRegs <= 65536),
+                "the reallocated registers balance the CTA's pool");
   struct Stage {
     alignas(16) unsigned char prepared[kStepBytes];
     // this CTA's v columns, as stored (bf16); rows padded by 16 bytes so that the eight 16-byte rows

@@ -268,7 +268,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   }
   __syncthreads();
   const int warp = threadIdx.x >> 5;
+  // Warp 0 loads; warps kLoaderWarps.. consume (those owning rows). With kRegRealloc the loader
+  // warpgroup's registers go to the consumers (KdaRecTraits); each setmaxnreg sits in its role's
+  // branch, so the compiler allots each role's code its own register count.
   if (warp < Tr::kLoaderWarps) {
+    if constexpr (Tr::kRegRealloc) ptx::setmaxnreg_dec<Tr::kLoaderRegs>();
+    if (warp != 0) return;
     const uint16_t* v_base = a.v + w.row * a.v_s[0] + w.begin * a.v_s[1] + int64_t(hv) * a.v_s[2] + io.row0;
     KdaLoader<Tr, kCk>{w,
                        io,
@@ -281,8 +286,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                        a.checkpoint_indices + int64_t(n) * a.checkpoint_stride,
                        int(threadIdx.x & 31)}
         .run();
-  } else if (warp - Tr::kLoaderWarps < io.warps) {
-    KdaConsumer<Tr, PackedStageView<Tr, kCk>>(a, w, io, sm, warp - Tr::kLoaderWarps, threadIdx.x & 31).run();
+  } else {
+    if constexpr (Tr::kRegRealloc) ptx::setmaxnreg_inc<Tr::kConsumerRegs>();
+    if (warp - Tr::kLoaderWarps < io.warps)
+      KdaConsumer<Tr, PackedStageView<Tr, kCk>>(a, w, io, sm, warp - Tr::kLoaderWarps, threadIdx.x & 31).run();
   }
 }
 

@@ -318,10 +318,13 @@ struct KdaRecTraits : KdaDims<kD> {
   static_assert(kVRows <= kDim && kDim % kVRows == 0, "a CTA owns a slice of the kD state rows");
   // Eight consumer warps and a loader warp would be 9 warps: one SM sub-partition then holds 3 of
   // them, which caps every thread at 168 registers (16,384 a sub-partition), where the walk of 4
-  // consumer warps takes 202-214. So the 8-warp CTA has a whole loader warpgroup (warp 0 loads,
-  // warps 1-3 only give their registers back) and moves registers from it to the consumers
-  // (setmaxnreg): 384 threads at 168 = 128 at kLoaderRegs + 256 at kConsumerRegs.
-  static constexpr bool kRegRealloc = kConsumerWarps == 8;
+  // consumer warps takes 202-214. So the 16-token 8-warp CTA has a whole loader warpgroup (warp 0
+  // loads, warps 1-3 only give their registers back) and moves registers from it to the consumers
+  // (setmaxnreg): 384 threads at 168 = 128 at kLoaderRegs + 256 at kConsumerRegs. Measured on an
+  // H100 (docs/perf_log.md, session 21): fixed96 -1.9 %, mix20k -2.2 %, fixed32_sp -1.9 %; the pair
+  // walk lost with it (fixed32 +1.1 %, and with checkpoints +2-3 %: it spills at 216), so pairs
+  // keep 9 warps at 168.
+  static constexpr bool kRegRealloc = kConsumerWarps == 8 && !kPair;
   static constexpr int kLoaderWarps = kRegRealloc ? 4 : 1;
   static constexpr int kThreads = 32 * (kLoaderWarps + kConsumerWarps);
   static constexpr int kLaunchRegs = 168, kLoaderRegs = 72, kConsumerRegs = 216;

@@ -10,8 +10,9 @@ exec > >(tee $D/log.txt) 2>&1
 O=/tmp/o3; mkdir -p $O
 (cd build-dev && tar -xJf s21c.tar.xz)
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-OUT=$O/ab bash scripts/ab_bench.sh build-dev/N/kda_bench build-dev/R2/kda_bench 3 -- prefill --reps 10 --graph fixed96 varlen6_96 fixed64 mix20k fixed32_sp fixed32 long64k_32 h8_8k fixed12 | grep -v "^== round"
-OUT=$O/ck bash scripts/ab_bench.sh build-dev/N/kda_bench build-dev/R2/kda_bench 3 -- prefill --reps 10 --graph --ckpt 1024 fixed96 fixed32 h8_8k h4_64k | grep -v "^== round"
+R=${ROUNDS:-3}
+OUT=$O/ab bash scripts/ab_bench.sh build-dev/N/kda_bench build-dev/R2/kda_bench $R -- prefill --reps 10 --graph ${CASES:-fixed96 varlen6_96 fixed64 mix20k fixed32_sp fixed32 long64k_32 h8_8k fixed12} | grep -v "^== round"
+OUT=$O/ck bash scripts/ab_bench.sh build-dev/N/kda_bench build-dev/R2/kda_bench $R -- prefill --reps 10 --graph --ckpt 1024 ${CK_CASES:-fixed96 fixed32 h8_8k h4_64k} | grep -v "^== round"
 SANITIZERS= PLANS=auto,fused,prepared,split:1,split:4,prepared32,split32 bash scripts/gpu_tests_prebuilt.sh build-dev/R2 $O/tests 2>&1 | grep -v "^  cuda"
 tar czf $D/ab/all.tgz -C $O .
 [[ ${SUITE:-0} == 1 ]] && OUT=$D/suite bash bench/results/s21/run2.sh $1

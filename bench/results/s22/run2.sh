@@ -1,0 +1,16 @@
+#!/bin/bash
+# device run 2 (session 22): main at the start (h = 02bde0b) -- its GPU tests under every plan, then
+# segment 0's length with segment 0 on two CTAs swept: L0 = (q L + 4) / 8 for q = 8, 9, 11, 12
+# (h: q = 10, i.e. 125 %; builds q8 ... q12 change only that constant and the planner's matching L),
+# `kda_bench prefill --reps 10 --graph`, three alternating rounds. Shipped as build-dev/s22.tar.xz.
+set -u
+D=$OUT
+mkdir -p $D/tests $D/ab
+exec > >(tee $D/log.txt) 2>&1
+nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
+(cd build-dev && tar -xJf s22.tar.xz)
+B=build-dev/s22
+SANITIZERS= bash scripts/gpu_tests_prebuilt.sh $B/h /tmp/tests 2>&1 | grep -v "^  cuda"
+tar czf $D/tests/logs.tgz -C /tmp/tests .
+OUT=/tmp/ab bash scripts/ab_bench.sh $B/h/kda_bench $B/q8/kda_bench $B/q9/kda_bench $B/q11/kda_bench $B/q12/kda_bench ${ROUNDS:-3} -- prefill --reps 10 --graph ${CASES:-fixed32 long64k_32 fixed16 fixed12 h8_8k h4_64k} | grep -v "^== round"
+tar czf $D/ab/all.tgz -C /tmp/ab .

@@ -1,6 +1,6 @@
 #!/bin/bash
 # device run 1 (session 22): main at the start ($1 = 02bde0b, code of c302cc7) -- its GPU tests under
-# every plan from prebuilt binaries (build-dev/h.tar.xz), then the Python speed suite
+# every plan from prebuilt binaries (build-dev/s22.tar.xz, s22/h), then the Python speed suite
 # (bench/results/s21/run2.sh: pip install ., `python -m flash_kda.bench speed --cases gpu`, FlashKDA
 # and fla timed in the same run).
 set -u
@@ -8,7 +8,7 @@ D=$OUT
 mkdir -p $D/tests $D/suite
 exec > >(tee $D/log.txt) 2>&1
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
-(cd build-dev && tar -xJf h.tar.xz)
-SANITIZERS= bash scripts/gpu_tests_prebuilt.sh build-dev/h /tmp/tests 2>&1 | grep -v "^  cuda"
+(cd build-dev && tar -xJf s22.tar.xz)
+SANITIZERS= bash scripts/gpu_tests_prebuilt.sh build-dev/s22/h /tmp/tests 2>&1 | grep -v "^  cuda"
 tar czf $D/tests/logs.tgz -C /tmp/tests .
 OUT=$D/suite RUN6_LIMIT=${RUN6_LIMIT:-440} bash bench/results/s21/run2.sh $1

@@ -55,6 +55,7 @@ struct HostPlan {
   int prep_chunks = 4;      // chunks per preparation CTA
   bool pair = false;        // 32-token steps (docs/kernel.md, "32-token steps")
   int slices1 = 1, slices3 = 1;
+  int packed1 = 1;  // recurrence CTAs an SM in pass 1 (PlanArgs::packed)
   int seg0_split = 1;  // PlanArgs::seg0_split
   // The chain (docs/kernel.md, "The chain"): a bound on the split sequences, and the variant (rows a
   // CTA, buffers) by_chain_variant launches.
@@ -197,6 +198,15 @@ inline HostPlan make_plan(const FwdParams& p, int sm_count) {
     const int64_t p1_parts = 2 * h.max_extra * HV;
     if (split && dim.max_slices / h.slices1 >= 2 && p1_parts * h.slices1 <= sm_count) break;
   }
+  // An unsplit walk whose parts leave SMs idle but do not fit twice (fixed96: 96 parts of one
+  // 8-warp CTA each on 96 of 132 SMs): four 2-warp CTAs a part, three an SM, so that the busiest SM
+  // holds 6 consumer warps instead of 8 (a walk step's time grows with the consumer warps an SM
+  // holds; docs/kernel.md, "Plans"). 16-token walks at D = 128 only.
+  const int64_t parts1 = (h.seg0_split * N + 2 * h.max_extra) * HV;
+  if (h.max_extra == 0 && !h.pair && dim.max_slices == 8 && 2 * parts1 > sm_count && 4 * parts1 <= 3 * sm_count) {
+    h.slices1 = 4;
+    h.packed1 = 3;
+  }
   // The chain: 8 rows a CTA with two buffers (one CTA an SM) where its CTAs fit the SMs, else 16
   // rows with two, else 16 rows with one (two CTAs an SM; more than 2 SMs' worth runs in waves).
   h.chain_seqs = h.max_extra == 0 ? 0 : p.cu_seqlens ? std::min<int64_t>(N, h.max_extra / 2) : N;
@@ -253,6 +263,7 @@ inline sm90::PlanArgs plan_args(const HostPlan& h, const FwdParams& p) {
   a.seg0_split = h.seg0_split;
   a.prep_chunks = h.prep_chunks;
   a.pair = h.pair ? 1 : 0;
+  a.packed = 1;  // (run_prepared sets each pass's)
   return a;
 }
 
@@ -340,6 +351,7 @@ Status run_prepared(const HostPlan& h, sm90::KdaFwdArgs& a, const FwdParams& p, 
   if (e == decltype(e){} && prep_ctas > 0) e = launch.template prep<kD>(a, pa, prep_ctas);
   if (e == decltype(e){}) {
     pa.slices = h.slices1;
+    pa.packed = h.packed1;
     e = by_slices<kD>(h.slices1, [&](auto nc) { return launch.template rec<kD, decltype(nc)::value>(a, pa, 1, p1_ctas); });
   }
   if (e == decltype(e){} && chain_ctas > 0)
@@ -347,6 +359,7 @@ Status run_prepared(const HostPlan& h, sm90::KdaFwdArgs& a, const FwdParams& p, 
                              [&](auto tr) { return launch.template chain<decltype(tr)>(a, pa, chain_ctas); });
   if (e == decltype(e){} && p3_ctas > 0) {
     pa.slices = h.slices3;
+    pa.packed = 1;
     e = by_slices<kD>(h.slices3, [&](auto nc) { return launch.template rec<kD, decltype(nc)::value>(a, pa, 3, p3_ctas); });
   }
   if (e != decltype(e){}) return launch.error("kernel launch", e);

@@ -91,6 +91,10 @@ struct EmuLaunch {
       using Pair = sm90::KdaRecTraits<kD, kWarps, true>;
       if (pa.pair) return a.checkpoint_interval > 0 ? rec_with<Pair, true>(a, pa, pass, ctas) : rec_with<Pair, false>(a, pa, pass, ctas);
     }
+    if constexpr (kD == 128 && kWarps == 2) {  // (three CTAs an SM: a 4-stage ring)
+      using Packed = sm90::KdaRecTraits<kD, kWarps, false, 3>;
+      if (pa.packed == 3) return a.checkpoint_interval > 0 ? rec_with<Packed, true>(a, pa, pass, ctas) : rec_with<Packed, false>(a, pa, pass, ctas);
+    }
     using Tr = sm90::KdaRecTraits<kD, kWarps>;
     if (a.checkpoint_interval > 0) return rec_with<Tr, true>(a, pa, pass, ctas);
     return rec_with<Tr, false>(a, pa, pass, ctas);
@@ -264,6 +268,9 @@ std::vector<EmuCase> emu_cases() {
     cases.push_back({"split_L3_d64_weak_decay" + v, chain_d64, FwdPlan::kSplit, 3, 0, 132, false, rows, bufs});
   }
   cases.push_back({"prepared_d64", d64, FwdPlan::kPrepared, 0, 0, 16});
+  // An unsplit walk whose 2 parts leave 3 SMs partly idle: four 2-warp CTAs a part, three an SM, a
+  // 4-stage ring (19 chunks: it wraps four times).
+  cases.push_back({"prepared16_packed_3sm", fixed, FwdPlan::kPrepared, 0, 16, 3});
   // The fused kernel, and the plan the device decides (a packed batch that fills 8 SMs: the plan
   // kernel picks the fused kernel or the split plan from the lengths, both are launched).
   Config fused = varlen;
@@ -527,6 +534,40 @@ TEST(EmulatedPlan, CheckpointsWithoutStartsPlanAsWithout) {
       EXPECT_GE(given.max_chunks, (seqlen + 31) / 16) << at;  // a grid shifted by up to 31 tokens
       EXPECT_GE(given.seg_chunks, plain.seg_chunks) << at;
     }
+}
+
+// Three 2-warp CTAs an SM (PlanArgs::packed) only for an unsplit 16-token walk at D = 128 whose parts
+// leave SMs idle but do not fit twice, and then every CTA of the pass fits at once (three an SM).
+TEST(EmulatedPlan, PackedWalkOnlyWhereThePartsLeaveSMsIdle) {
+  auto plan = [](int64_t heads, int64_t seqlen, int64_t d, int walk) {
+    FwdParams p{};
+    p.backend = Backend::kCuda;
+    p.batch = 1;
+    p.seqlen = seqlen;
+    p.heads = p.heads_v = heads;
+    p.head_dim_k = p.head_dim_v = d;
+    p.walk_tokens = walk;
+    return cuda::fwd_plan::make_plan(p, 132);
+  };
+  for (int64_t heads = 1; heads < 132; ++heads) {
+    const HostPlan h = plan(heads, 8192, 128, 0);
+    const std::string at = "H " + std::to_string(heads);
+    ASSERT_TRUE(h.packed1 == 1 || h.packed1 == 3) << at;
+    if (h.packed1 == 3) {
+      EXPECT_EQ(h.max_extra, 0) << at;
+      EXPECT_FALSE(h.pair) << at;
+      EXPECT_EQ(h.slices1, 4) << at;
+      EXPECT_GT(2 * heads, 132) << at;               // one CTA a part would leave SMs idle ...
+      EXPECT_LE(heads * h.slices1, 3 * 132) << at;   // ... and three CTAs an SM hold them all
+    }
+  }
+  const HostPlan fixed96 = plan(96, 8192, 128, 0), fixed64 = plan(64, 8192, 128, 0);
+  EXPECT_EQ(fixed96.packed1, 3);
+  EXPECT_EQ(fixed64.packed1, 1);  // (two 4-warp CTAs a part, one an SM)
+  EXPECT_EQ(fixed64.slices1, 2);
+  EXPECT_EQ(plan(100, 8192, 128, 0).packed1, 1);  // 400 CTAs would not fit three an SM
+  EXPECT_EQ(plan(96, 8192, 64, 0).packed1, 1);    // D = 64
+  EXPECT_EQ(plan(96, 8192, 128, 32).packed1, 1);  // 32-token steps asked for
 }
 
 class EmulatedPrepared : public SeededTest, public ::testing::WithParamInterface<EmuCase> {};

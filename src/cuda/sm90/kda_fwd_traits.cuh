@@ -304,7 +304,9 @@ struct KdaPrepTraits : KdaDims<kD> {
 // workspace into a ring of shared-memory stages with bulk copies (mbarrier hand-offs); the
 // consumers read them in place (fp16 tiles converted as they load their fragments).
 // kPair: the walk advances 32 tokens a step, a pair of prepared chunks (KdaPrepared::kPairSlot).
-template <int kD, int kConsumerWarps_, bool kPair_ = false>
+// kCtasPerSm: CTAs that share an SM (1, or 3 for 2-warp CTAs: a 68 KB ring each); the ring is sized
+// for it and the kernel's register bound with it.
+template <int kD, int kConsumerWarps_, bool kPair_ = false, int kCtasPerSm_ = 1>
 struct KdaRecTraits : KdaDims<kD> {
   using Dims = KdaDims<kD>;
   using Dims::kDim;
@@ -338,8 +340,13 @@ struct KdaRecTraits : KdaDims<kD> {
     uint16_t v[kChunk][kVRows + 8];
   };
   // A consumer step is ~1 us and a load from HBM 1-2 us: as many chunks in flight as ~208 KB
-  // hold (11 with 128 rows, 14 with 16; 16 at kD = 64).
-  static constexpr int kStages = int((208 * 1024) / sizeof(Stage)) < 16 ? int((208 * 1024) / sizeof(Stage)) : 16;
+  // hold (11 with 128 rows, 14 with 16; 16 at kD = 64); a third of it where three CTAs share an SM
+  // (4 stages of 2-warp CTAs: ~4 us of lookahead).
+  static constexpr int kCtasPerSm = kCtasPerSm_;
+  static_assert(kCtasPerSm == 1 || (kCtasPerSm == 3 && kConsumerWarps == 2 && !kPair),
+                "three CTAs an SM: 2-warp CTAs of 16-token walks");
+  static constexpr int kRingBytes = (kCtasPerSm == 1 ? 208 : 68) * 1024;
+  static constexpr int kStages = int(kRingBytes / sizeof(Stage)) < 16 ? int(kRingBytes / sizeof(Stage)) : 16;
   struct Smem {
     Stage stage[kStages];
     uint64_t full[kStages];   // the loader's copies landed (its 32 lanes' arrivals + transaction bytes)

@@ -78,6 +78,10 @@ struct PlanArgs {
   int seg0_split;
   int prep_chunks;  // consecutive chunks one preparation CTA prepares
   int slices;       // CTAs sharing the D rows of one part in this launch
+  // Recurrence CTAs an SM this launch is built for (host side only: it picks the instantiation,
+  // KdaRecTraits::kCtasPerSm): 1, or 3 for the 2-warp CTAs of an unsplit walk whose parts leave SMs
+  // idle (docs/kernel.md, "Plans").
+  int packed;
   // 32-token steps (docs/kernel.md): chunks are prepared and walked in pairs; every sequence's
   // chunk count is rounded up to even in chunk_off, and L, L0 and prep_chunks are even.
   int pair;

@@ -60,7 +60,8 @@ cudaError_t launch_prep_gate(const KdaFwdArgs& a, const PlanArgs& p, int64_t cta
 
 template <class Tr, bool kCk>
 cudaError_t launch_rec(const KdaFwdArgs& a, const PlanArgs& p, int pass, int64_t ctas, cudaStream_t stream) {
-  const cudaError_t e = raise_smem_limit<kda_rec_kernel<Tr, kCk>>(Tr::kSmemBytes);
+  // (several CTAs an SM: the largest carveout, so that all of them fit)
+  const cudaError_t e = raise_smem_limit<kda_rec_kernel<Tr, kCk>>(Tr::kSmemBytes, Tr::kCtasPerSm > 1);
   if (e != cudaSuccess) return e;
   return launch_after_prior(kda_rec_kernel<Tr, kCk>, ctas, Tr::kThreads, Tr::kSmemBytes, stream, a, p, pass);
 }
@@ -89,6 +90,13 @@ cudaError_t launch_kda_rec(const KdaFwdArgs& a, const PlanArgs& p, int pass, int
       using Pair = KdaRecTraits<kD, kConsumerWarps, true>;
       return a.checkpoint_interval > 0 ? prepared_launch::launch_rec<Pair, true>(a, p, pass, ctas, stream)
                                        : prepared_launch::launch_rec<Pair, false>(a, p, pass, ctas, stream);
+    }
+    if constexpr (kConsumerWarps == 2) {
+      if (p.packed == 3) {
+        using Packed = KdaRecTraits<kD, kConsumerWarps, false, 3>;
+        return a.checkpoint_interval > 0 ? prepared_launch::launch_rec<Packed, true>(a, p, pass, ctas, stream)
+                                         : prepared_launch::launch_rec<Packed, false>(a, p, pass, ctas, stream);
+      }
     }
   }
   return a.checkpoint_interval > 0 ? prepared_launch::launch_rec<Tr, true>(a, p, pass, ctas, stream)

@@ -229,7 +229,7 @@ __device__ __forceinline__ RowsIO part_rows(const KdaFwdArgs& a, const PlanArgs&
 // kCk: the call writes checkpoints (its sequences' grids may be shifted); without, the shift is 0 at
 // compile time.
 template <class Tr, bool kCk>
-__global__ void __launch_bounds__(Tr::kThreads, 1)
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
     kda_rec_kernel(const __grid_constant__ KdaFwdArgs a, const __grid_constant__ PlanArgs p, int pass) {
   FLASH_KDA_DYNAMIC_SMEM(smem_bytes);
   auto& sm = *reinterpret_cast<typename Tr::Smem*>(smem_bytes);

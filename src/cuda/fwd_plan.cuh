@@ -107,14 +107,19 @@ inline int64_t split_segments(int64_t HV, int sm_count) {
   return std::min<int64_t>((sm_count / HV + 3) / 2, sm_count / (2 * HV) + 1);
 }
 
+// Segment 0's length in eighths of L for the plan's segment count (sm90::first_segment_eighths).
+inline int64_t seg0_eighths(int64_t HV, int sm_count, int seg0_split) {
+  return sm90::first_segment_eighths(seg0_split, split_segments(HV, sm_count));
+}
+
 // The split plan's segment length L in chunks for a longest sequence of `longest` chunks
 // (longest + 1: no split): the least L with L0 + (m - 1) L >= longest, where L0 =
-// first_segment_chunks(L, seg0_split) = (r L + 2) / 4 >= (r L - 1) / 4 (r = first_segment_quarters:
-// 3, or 5 with seg0_split 2), so L (4 (m - 1) + r) >= 4 longest suffices (as integers).
+// first_segment_chunks(L, r) = (r L + 4) / 8 >= (r L - 3) / 8 (r = seg0_eighths: 6 on one CTA; 9 or 8
+// with seg0_split 2), so L (8 (m - 1) + r) >= 8 longest suffices (as integers).
 inline int64_t split_segment_chunks(const FwdParams& p, int64_t HV, int64_t longest, int sm_count, int seg0_split) {
   if (p.segment_chunks > 0) return p.segment_chunks;
-  const int64_t m = split_segments(HV, sm_count), r = sm90::first_segment_quarters(seg0_split);
-  return m >= 3 ? std::max(kMinSegmentChunks, ceil_div(4 * longest, 4 * (m - 1) + r)) : longest + 1;
+  const int64_t m = split_segments(HV, sm_count), r = seg0_eighths(HV, sm_count, seg0_split);
+  return m >= 3 ? std::max(kMinSegmentChunks, ceil_div(8 * longest, 8 * (m - 1) + r)) : longest + 1;
 }
 
 inline HostPlan make_plan(const FwdParams& p, int sm_count) {
@@ -163,13 +168,14 @@ inline HostPlan make_plan(const FwdParams& p, int sm_count) {
   for (int seg0_split : {2, 1}) {
     if (seg0_split == 2 && (h.kind != FwdPlan::kSplit || p.cu_seqlens != nullptr)) continue;
     h.seg0_split = seg0_split;
+    const int64_t r0 = seg0_eighths(HV, sm_count, seg0_split);
     h.seg_chunks = h.kind == FwdPlan::kSplit ? split_segment_chunks(p, HV, longest, sm_count, seg0_split) : longest + 1;
     // 32-token steps where walk_tokens asks for them, and by default (0) where they measured faster
     // on the H200: fixed batches whose sequences the split plan cuts (docs/kernel.md, "32-token
     // steps": -1 to -3 % there; +2 % on a split packed batch and up to +6 % unsplit, where the
     // preparation's extra cost is not repaid).
     const bool pairs_pay =
-        p.cu_seqlens == nullptr && sm90::first_segment_chunks(h.seg_chunks, seg0_split) + h.seg_chunks < longest;
+        p.cu_seqlens == nullptr && sm90::first_segment_chunks(h.seg_chunks, r0) + h.seg_chunks < longest;
     h.pair = (p.walk_tokens == 32 || (p.walk_tokens == 0 && pairs_pay)) && pair_steps_supported(p);
     // Sum of ceil((len + shift) / 16) over the sequences, each at most floor(len / 16) + 1 (+ 2
     // with a shift of up to 15, + 3 with up to 31): T / 16 + N packed (T / 16 + 2N with shifted
@@ -179,7 +185,7 @@ inline HostPlan make_plan(const FwdParams& p, int sm_count) {
     h.max_chunks = p.cu_seqlens ? p.seqlen / kChunk + per_seq * N : N * ceil_div(p.seqlen + slack, kChunk);
     if (h.pair && !p.cu_seqlens) h.max_chunks = N * even_up(ceil_div(p.seqlen + slack, kChunk));
     if (h.pair) h.seg_chunks = even_up(h.seg_chunks);  // segments of whole pairs
-    h.seg0_chunks = sm90::first_segment_chunks(h.seg_chunks, seg0_split);
+    h.seg0_chunks = sm90::first_segment_chunks(h.seg_chunks, r0);
     if (h.pair) h.seg0_chunks = even_up(h.seg0_chunks);
     h.max_extra = 0;
     const bool split = h.seg0_chunks + h.seg_chunks < longest;

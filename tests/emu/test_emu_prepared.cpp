@@ -220,7 +220,7 @@ std::vector<EmuCase> emu_cases() {
     cases.push_back({"prepared" + w + "_fixed", fixed, FwdPlan::kPrepared, 0, walk, 132});
     cases.push_back({"split" + w + "_L4_fixed", fixed, FwdPlan::kSplit, 4, walk, 132});
     cases.push_back({"split" + w + "_auto_fixed_16sm", fixed, FwdPlan::kSplit, 0, walk, 16});
-    // three segments (L0 = 10, L = 8 of 19 chunks), segment 0 on two CTAs of 4 consumer warps
+    // three segments (L0 = 8, L = 8 of 19 chunks), segment 0 on two CTAs of 4 consumer warps
     // (16 SMs: one CTA of 128 rows a part); L4 above: on two of one warp each
     cases.push_back({"split" + w + "_L8_fixed_three_segments_16sm", fixed, FwdPlan::kSplit, 8, walk, 16});
     cases.push_back({"split" + w + "_L2_varlen", varlen, FwdPlan::kSplit, 2, walk, 132});

@@ -50,6 +50,13 @@ TEST(CudaSanitize, Forward) {
       bool written3 = false;
       run_backend(c, h3, Backend::kCuda, &written3);
       all_written = all_written && written3;
+      // An unsplit walk whose 96 parts leave SMs idle but do not fit twice: four 2-warp CTAs a part,
+      // three an SM, each with a 4-stage ring (D = 128 on 132 SMs; docs/kernel.md, "Plans").
+      c.H = 96;
+      const Host h4 = make_inputs(c);
+      bool written4 = false;
+      run_backend(c, h4, Backend::kCuda, &written4);
+      all_written = all_written && written4;
       // pool indexing, padding, out-of-range slot
       for (const PoolCase& pc : pool_cases())
         if (pc.name == prefix + "varlen 300/0/17/90/5 fp32") run_prefill_pool_case(pc);

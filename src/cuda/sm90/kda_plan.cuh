@@ -50,11 +50,14 @@ constexpr int kSeqTableSums = 6;  // chunk, prep, extra, p1, p3, split
 // Segment 0 of a split sequence: pass 1 runs it with output while the other parts only advance
 // rows (cheaper a chunk). On the rows of one CTA each (seg0_split 1) it is L0 = 3L/4 long, the best
 // of 60, 75, 90 and 100 % of L on the H200; on half the rows a CTA (seg0_split 2: two CTAs share
-// it, each as fast a chunk as a pass-3 CTA) it is L0 = 5L/4 (docs/kernel.md, "Segment 0").
-// Segment j >= 1 covers chunks [L0 + (j - 1) L, L0 + j L).
-__host__ __device__ constexpr int64_t first_segment_quarters(int seg0_split) { return seg0_split == 2 ? 5 : 3; }
-__host__ __device__ constexpr int64_t first_segment_chunks(int64_t L, int seg0_split) {
-  return L > 1 ? (first_segment_quarters(seg0_split) * L + 2) / 4 : 1;
+// it, each as fast a chunk as a pass-3 CTA) it is L0 = 9L/8 for m = 3 segments and L0 = L for more,
+// the best of 100, 112.5, 125 (the rule before), 137.5 and 150 % of L on each split BENCH row
+// (docs/kernel.md, "Segment 0"). Segment j >= 1 covers chunks [L0 + (j - 1) L, L0 + j L).
+__host__ __device__ constexpr int64_t first_segment_eighths(int seg0_split, int64_t m) {
+  return seg0_split == 2 ? (m <= 3 ? 9 : 8) : 6;
+}
+__host__ __device__ constexpr int64_t first_segment_chunks(int64_t L, int64_t eighths) {
+  return L > 1 ? (eighths * L + 4) / 8 : 1;
 }
 
 // Segments of a sequence of `chunks` chunks: 1 (not split) unless it has at least three.
@@ -71,7 +74,7 @@ struct PlanArgs {
   int* device_plan;         // with KdaFwdArgs::device_plan: the plan kernel writes 1 (fused) or 0
   int sm_count;
   int seg_chunks;   // L; a value >= every sequence's chunk count means no split
-  int seg0_chunks;  // L0 = first_segment_chunks(L, seg0_split): segment 0 of a split sequence
+  int seg0_chunks;  // L0 = first_segment_chunks(L, eighths): segment 0 of a split sequence
   // CTAs that share segment 0's rows in pass 1 (1 or 2; 2 only where a CTA has >= 2 consumer
   // warps): a split sequence's first seg0_split parts of pass 1 are segment 0, on D / slices /
   // seg0_split rows each.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# device run 1 (session 22): the GPU tests under every plan of P (branch rec-packed, run2.sh) from
+# device run 1 (session 22): the GPU tests under every plan of P (013a686, run2.sh) from
 # prebuilt binaries (build-dev/s22.tar.xz, s22/p), then for main at the start ($1 = 02bde0b, code of c302cc7) the Python speed suite
 # (bench/results/s21/run2.sh: pip install ., `python -m flash_kda.bench speed --cases gpu`, FlashKDA
 # and fla timed in the same run).

@@ -14,7 +14,7 @@ SANITIZERS= bash scripts/gpu_tests_prebuilt.sh $B/p /tmp/tests 2>&1 | grep -v "^
 tar czf $D/tests/logs.tgz -C /tmp/tests .
 OUT=/tmp/ab bash scripts/ab_bench.sh $B/h/kda_bench $B/q8/kda_bench $B/q9/kda_bench $B/q11/kda_bench $B/q12/kda_bench ${ROUNDS:-3} -- prefill --reps 10 --graph ${CASES:-fixed32 long64k_32 fixed16 fixed12 h8_8k h4_64k} | grep -v "^== round"
 tar czf $D/ab/all.tgz -C /tmp/ab .
-# P (branch rec-packed): an unsplit walk whose parts leave SMs idle but do not fit twice (fixed96: 96
+# P (013a686 on main): an unsplit walk whose parts leave SMs idle but do not fit twice (fixed96: 96
 # parts, one 8-warp CTA each on 96 of 132 SMs) as four 2-warp CTAs a part with a 68 KB ring, three an
 # SM (6 consumer warps an SM); h vs P.
 OUT=/tmp/abp bash scripts/ab_bench.sh $B/h/kda_bench $B/p/kda_bench ${ROUNDS:-3} -- prefill --reps 10 --graph ${PCASES:-fixed96 fixed64 fixed32} | grep -v "^== round"

@@ -87,17 +87,9 @@ struct EmuLaunch {
   }
   template <int kD, int kWarps>
   int rec(const sm90::KdaFwdArgs& a, const sm90::PlanArgs& pa, int pass, int64_t ctas) {
-    if constexpr (kD == 128) {
-      using Pair = sm90::KdaRecTraits<kD, kWarps, true>;
-      if (pa.pair) return a.checkpoint_interval > 0 ? rec_with<Pair, true>(a, pa, pass, ctas) : rec_with<Pair, false>(a, pa, pass, ctas);
-    }
-    if constexpr (kD == 128 && kWarps == 2) {  // (three CTAs an SM: a 4-stage ring)
-      using Packed = sm90::KdaRecTraits<kD, kWarps, false, 3>;
-      if (pa.packed == 3) return a.checkpoint_interval > 0 ? rec_with<Packed, true>(a, pa, pass, ctas) : rec_with<Packed, false>(a, pa, pass, ctas);
-    }
-    using Tr = sm90::KdaRecTraits<kD, kWarps>;
-    if (a.checkpoint_interval > 0) return rec_with<Tr, true>(a, pa, pass, ctas);
-    return rec_with<Tr, false>(a, pa, pass, ctas);
+    // (the instantiation the device launcher picks: pairs, three CTAs an SM, checkpoints)
+    return sm90::with_rec_traits<kD, kWarps>(
+        a, pa, [&](auto tr, auto ck) { return rec_with<decltype(tr), decltype(ck)::value>(a, pa, pass, ctas); });
   }
   template <class Tr, bool kCk>
   int rec_with(const sm90::KdaFwdArgs& a, const sm90::PlanArgs& pa, int pass, int64_t ctas) {

@@ -84,23 +84,9 @@ cudaError_t launch_kda_prep(const KdaFwdArgs& a, const PlanArgs& p, int64_t ctas
 
 template <int kD, int kConsumerWarps>
 cudaError_t launch_kda_rec(const KdaFwdArgs& a, const PlanArgs& p, int pass, int64_t ctas, cudaStream_t stream) {
-  using Tr = KdaRecTraits<kD, kConsumerWarps>;
-  if constexpr (kD == 128) {
-    if (p.pair) {
-      using Pair = KdaRecTraits<kD, kConsumerWarps, true>;
-      return a.checkpoint_interval > 0 ? prepared_launch::launch_rec<Pair, true>(a, p, pass, ctas, stream)
-                                       : prepared_launch::launch_rec<Pair, false>(a, p, pass, ctas, stream);
-    }
-    if constexpr (kConsumerWarps == 2) {
-      if (p.packed == 3) {
-        using Packed = KdaRecTraits<kD, kConsumerWarps, false, 3>;
-        return a.checkpoint_interval > 0 ? prepared_launch::launch_rec<Packed, true>(a, p, pass, ctas, stream)
-                                         : prepared_launch::launch_rec<Packed, false>(a, p, pass, ctas, stream);
-      }
-    }
-  }
-  return a.checkpoint_interval > 0 ? prepared_launch::launch_rec<Tr, true>(a, p, pass, ctas, stream)
-                                   : prepared_launch::launch_rec<Tr, false>(a, p, pass, ctas, stream);
+  return with_rec_traits<kD, kConsumerWarps>(a, p, [&](auto tr, auto ck) {
+    return prepared_launch::launch_rec<decltype(tr), decltype(ck)::value>(a, p, pass, ctas, stream);
+  });
 }
 
 // The chain (one of the variants of fwd_plan::by_chain_variant), with the shared-memory carveout at

@@ -11,6 +11,8 @@
 //                       (PackedStageView), on the RowsIO of the part
 #pragma once
 
+#include <type_traits>
+
 #include "../common/bulk_copy.cuh"
 #include "../common/ptx.cuh"
 #include "kda_fwd_consumer.cuh"
@@ -291,6 +293,23 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
     if (warp - Tr::kLoaderWarps < io.warps)
       KdaConsumer<Tr, PackedStageView<Tr, kCk>>(a, w, io, sm, warp - Tr::kLoaderWarps, threadIdx.x & 31).run();
   }
+}
+
+// The recurrence instantiation a launch of `p` runs, for the device launcher and the emulated one
+// alike: f(KdaRecTraits<...>{}, std::bool_constant<kCk>{}) with 32-token steps (pairs), three CTAs
+// an SM (PlanArgs::packed) or neither, and with or without checkpoints.
+template <int kD, int kConsumerWarps, class F>
+auto with_rec_traits(const KdaFwdArgs& a, const PlanArgs& p, F f) {
+  auto by_ck = [&](auto tr) {
+    return a.checkpoint_interval > 0 ? f(tr, std::true_type{}) : f(tr, std::false_type{});
+  };
+  if constexpr (kD == 128) {
+    if (p.pair) return by_ck(KdaRecTraits<kD, kConsumerWarps, true>{});
+    if constexpr (kConsumerWarps == 2) {
+      if (p.packed == 3) return by_ck(KdaRecTraits<kD, kConsumerWarps, false, 3>{});
+    }
+  }
+  return by_ck(KdaRecTraits<kD, kConsumerWarps>{});
 }
 
 }  // namespace flash_kda::cuda::sm90

@@ -1,0 +1,26 @@
+#!/bin/bash
+# device run 1 (session 23): h = main at the start (b7e5201), m = h + pacing of pass 1's R and P
+# walks, m2 = m + early scheduling of the next kernel from the last wave of the preparation, pass 1
+# (split plans) and the chain, m3 = m2 + the pair walks with output copying 512 bytes a step fewer
+# (slot b's unused half cross block), x = m without the chain kernel (an attribution build: results wrong;
+# what the chain costs a timed call). Shipped as build-dev/s23.tar.xz (s23/{h,m,m2,m3,x}/kda_bench,
+# s23/m3/ GPU tests). A/B from CUDA graphs (three alternating rounds), then ncu (time and DRAM bytes
+# of each kernel) of one long64k_32 call of h and m2. run2.sh: m3's tests.
+set -u
+D=$OUT
+mkdir -p $D/ab
+exec > >(tee $D/log1.txt) 2>&1
+nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
+(cd build-dev && tar -xJf s23.tar.xz)
+B=build-dev/s23
+OUT=$D/ab bash scripts/ab_bench.sh $(for b in ${BUILDS:-h m m2 m3 x}; do echo $B/$b/kda_bench; done) ${ROUNDS:-3} -- prefill --reps 10 --graph \
+  ${CASES:-fixed32 long64k_32 fixed16 h8_8k h4_64k fixed96} | grep -v "^== round"
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+for c in ${NCU_CASES:-long64k_32}; do
+  for b in ${NCU_BUILDS:-h m2}; do
+    timeout 100 $NCU --kernel-name regex:kda_ --launch-skip 5 --launch-count 5 \
+      --metrics gpu__time_duration.sum,dram__bytes.sum,lts__t_bytes.sum \
+      $B/$b/kda_bench prefill --reps 1 $c > $D/ncu_${c}_$b.txt 2>&1
+    echo "== ncu $c $b"; grep -E "^  [a-z].*kda_|gpu__time|dram__bytes|lts__t_bytes" $D/ncu_${c}_$b.txt | sed 's/  */ /g;s/(KdaFwdArgs.*)//' | head -24
+  done
+done

@@ -83,6 +83,9 @@ def test_form_is_not_ignored(rng, form):
     x, neg = _with_form(make_problem(rng, B=1, T=40, H=2, state="fp32"), form)
     default = make_problem(rng, B=1, T=40, H=2, state="fp32")
     default.update({n: x[n] for n in ("q", "k", "v", "g", "beta", "dt_bias", "initial_state")})
+    # A rate of exp(A_log) near 1 would make the default gate the rate-1 sigmoid itself: draw the
+    # default's A_log in [1, 2) (rate e to e^2) so the two forms are far apart on every seed.
+    default["A_log"] = (1.0 + rng.random(default["A_log"].shape)).astype(np.float32)
     _fwd(default, False, "cpu")
     assert rel(default["out"], _oracle(x, neg)[0]) > 10 * OUT_LIMIT
 

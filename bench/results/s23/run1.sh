@@ -11,13 +11,14 @@ D=$OUT
 mkdir -p $D/ab
 exec > >(tee $D/log1.txt) 2>&1
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
-(cd build-dev && tar -xJf s23.tar.xz)
-B=build-dev/s23
-OUT=$D/ab bash scripts/ab_bench.sh $(for b in ${BUILDS:-h m m2 m3 x}; do echo $B/$b/kda_bench; done) ${ROUNDS:-3} -- prefill --reps 10 --graph \
+SET=${SET:-s23}  # s24: the rebuilt set (bench/results/s24/README.md)
+(cd build-dev && tar -xJf $SET.tar.xz)
+B=build-dev/$SET
+OUT=$D/ab bash scripts/ab_bench.sh $(for b in ${BUILDS:-$( [ $SET = s23 ] && echo h m m2 m3 x || echo h m m3 f x)}; do echo $B/$b/kda_bench; done) ${ROUNDS:-3} -- prefill --reps 10 --graph \
   ${CASES:-fixed32 long64k_32 fixed16 h8_8k h4_64k fixed96} | grep -v "^== round"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 for c in ${NCU_CASES:-long64k_32}; do
-  for b in ${NCU_BUILDS:-h m2}; do
+  for b in ${NCU_BUILDS:-h m}; do
     timeout 100 $NCU --kernel-name regex:kda_ --launch-skip 5 --launch-count 5 \
       --metrics gpu__time_duration.sum,dram__bytes.sum,lts__t_bytes.sum \
       $B/$b/kda_bench prefill --reps 1 $c > $D/ncu_${c}_$b.txt 2>&1

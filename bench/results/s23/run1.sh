@@ -16,6 +16,15 @@ SET=${SET:-s23}  # s24: the rebuilt set (bench/results/s24/README.md)
 B=build-dev/$SET
 OUT=$D/ab bash scripts/ab_bench.sh $(for b in ${BUILDS:-$( [ $SET = s23 ] && echo h m m2 m3 x || echo h m m3 f x)}; do echo $B/$b/kda_bench; done) ${ROUNDS:-3} -- prefill --reps 10 --graph \
   ${CASES:-fixed32 long64k_32 fixed16 h8_8k h4_64k fixed96} | grep -v "^== round"
+# The checkpoint cost (docs/serving.md; a checkpoint every 1,024 tokens against none) of the set's
+# newest build, its two forms alternating in the same run (CKPT=0 skips; on by default for s24).
+if [ "${CKPT:-$([ $SET = s23 ] && echo 0 || echo 1)}" = 1 ]; then
+  CB=$B/${CKPT_BUILD:-f}/kda_bench
+  printf '#!/bin/bash\nexec %s "$@" --ckpt 1024\n' "$PWD/$CB" > /tmp/kda_bench_ckpt && chmod +x /tmp/kda_bench_ckpt
+  echo "== checkpoint cost: $CB with --ckpt 1024 (build 1) against without (build 0)"
+  OUT=$D/ckpt bash scripts/ab_bench.sh $CB /tmp/kda_bench_ckpt 2 -- prefill --reps 10 --graph \
+    ${CKPT_CASES:-fixed96 fixed32 fixed16 fixed12 h8_8k h4_64k} | grep -v "^== round"
+fi
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 for c in ${NCU_CASES:-long64k_32}; do
   for b in ${NCU_BUILDS:-h m}; do

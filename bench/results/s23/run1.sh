@@ -25,6 +25,25 @@ if [ "${CKPT:-$([ $SET = s23 ] && echo 0 || echo 1)}" = 1 ]; then
   OUT=$D/ckpt bash scripts/ab_bench.sh $CB /tmp/kda_bench_ckpt 2 -- prefill --reps 10 --graph \
     ${CKPT_CASES:-fixed96 fixed32 fixed16 fixed12 h8_8k h4_64k} | grep -v "^== round"
 fi
+# Issue 11's rows under each plan (the fused kernel, which the automatic plan picks where the pairs
+# fill the GPU, against the prepared plan, whose preparation has changed much since that choice was
+# measured). PLANCMP=0 skips; on by default for s24.
+if [ "${PLANCMP:-$([ $SET = s23 ] && echo 0 || echo 1)}" = 1 ]; then
+  echo "== plans: $B/h/kda_bench --plans auto,fused,prepared"
+  for r in 1 2; do
+    $B/h/kda_bench prefill --reps 10 --graph --plans auto,fused,prepared --json $D/plans_$r.json \
+      fixed96 varlen6_96 v1024x8_96 fixed64 varlen6_64 v1024x8_64 b16x2048_32 > $D/plans_$r.txt 2>&1
+  done
+  python3 - $D <<'PY'
+import json, sys, statistics
+d = sys.argv[1]
+runs = [{(x["case"], x["plan"]): x["ours_ms_median"] for x in json.load(open(f"{d}/plans_{r}.json"))} for r in (1, 2)]
+cases = list(dict.fromkeys(c for c, _ in runs[0]))  # in the order run
+for c in cases:
+    row = {p: statistics.median(x[(c, p)] for x in runs if (c, p) in x) for (cc, p) in runs[0] if cc == c}
+    print(f"{c:<14} " + "  ".join(f"{p} {v:.4f}" for p, v in row.items()))
+PY
+fi
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 for c in ${NCU_CASES:-long64k_32}; do
   for b in ${NCU_BUILDS:-h m}; do

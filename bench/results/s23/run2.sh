@@ -1,7 +1,6 @@
 #!/bin/bash
-# device run 2 (session 23, after run 1 on the same machine; SET=s24: the rebuilt set, f's tests):
-# m3's GPU tests under every plan
-# (m3 holds m2's and m's changes), memcheck / racecheck of the forward's sanitizer cases under the
+# run 2 (session 23, after run 1 on the same machine): m3's GPU tests under every plan (SET=s24: the
+# rebuilt set, f's tests; m3 holds m2's and m's changes), memcheck / racecheck of the forward's sanitizer cases under the
 # automatic and 32-token plans; then the decode A/B of dec_run.sh (build-dev/dec.tar.xz).
 set -u
 D=$OUT

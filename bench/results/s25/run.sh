@@ -1,7 +1,7 @@
 #!/bin/bash
 # One call that measures session 24's builds in order of what depends on it (bench/results/s24/README.md
 # describes the builds; needs build-dev/{s24,s24t,dec}.tar.xz in the checkout):
-#   1. A/B of h, m3, f from CUDA graphs, three alternating rounds;
+#   1. A/B of h, m3, f from CUDA graphs, two alternating rounds (ROUNDS);
 #   1c. the fused kernel on compact fp16 stages (build-dev/f16.tar.xz, branch fused-f16) against h on
 #      the rows the fused kernel runs, two rounds, and its GPU forward tests under the fused plan;
 #   1b. issue 11's rows under the automatic, fused and prepared plans (h);
@@ -20,7 +20,7 @@ nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
 for a in s24 s24t dec f16; do (cd build-dev && tar -xJf $a.tar.xz); done
 B=build-dev/s24
 echo "== 1. A/B $(t)"
-OUT=$D/ab bash scripts/ab_bench.sh $(for b in ${BUILDS:-h m3 f}; do echo $B/$b/kda_bench; done) ${ROUNDS:-3} -- \
+OUT=$D/ab bash scripts/ab_bench.sh $(for b in ${BUILDS:-h m3 f}; do echo $B/$b/kda_bench; done) ${ROUNDS:-2} -- \
   prefill --reps 10 --graph ${CASES:-fixed32 long64k_32 fixed16 h8_8k h4_64k fixed96} | grep -v "^== round"
 echo "== 1c. fused-f16 against h $(t)"
 OUT=$D/ab16 bash scripts/ab_bench.sh $B/h/kda_bench build-dev/f16/kda_bench 2 -- prefill --reps 10 --graph \

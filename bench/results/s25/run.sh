@@ -17,15 +17,16 @@ t() { echo "[$((SECONDS - S))s]"; }
 left() { [ $((LIMIT - (SECONDS - S))) -gt "$1" ]; }
 exec > >(tee $D/log.txt) 2>&1
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
-for a in s24 s24t dec f16; do (cd build-dev && tar -xJf $a.tar.xz); done
+F16=${F16:-f16}  # f16m: branch fused-f16-main (the same change on main)
+for a in s24 s24t dec $F16; do (cd build-dev && tar -xJf $a.tar.xz); done
 B=build-dev/s24
 echo "== 1. A/B $(t)"
 OUT=$D/ab bash scripts/ab_bench.sh $(for b in ${BUILDS:-h m3 f}; do echo $B/$b/kda_bench; done) ${ROUNDS:-2} -- \
   prefill --reps 10 --graph ${CASES:-fixed32 long64k_32 fixed16 h8_8k h4_64k fixed96} | grep -v "^== round"
 echo "== 1c. fused-f16 against h $(t)"
-OUT=$D/ab16 bash scripts/ab_bench.sh $B/h/kda_bench build-dev/f16/kda_bench 2 -- prefill --reps 10 --graph \
+OUT=$D/ab16 bash scripts/ab_bench.sh $B/h/kda_bench build-dev/$F16/kda_bench 2 -- prefill --reps 10 --graph \
   v1024x8_96 varlen6_96 b16x2048_32 v1024x8_64 varlen6_64 fixed96 | grep -v "^== round"
-FLASH_KDA_GPU_PLANS=fused,auto timeout 100 build-dev/f16/test_cuda_forward > $D/f16_test_cuda_forward.log 2>&1
+FLASH_KDA_GPU_PLANS=fused,auto timeout 100 build-dev/$F16/test_cuda_forward > $D/f16_test_cuda_forward.log 2>&1
 echo "f16 test_cuda_forward rc=$? $(grep -c ' ok$' $D/f16_test_cuda_forward.log) ok $(grep -ciE 'fail' $D/f16_test_cuda_forward.log) fail-lines $(t)"
 {
   echo "== 1b. issue 11's rows under each plan $(t)"

@@ -39,6 +39,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -74,8 +75,11 @@ struct KdaDecodeArgs {
 };
 
 // Compile-time shape of the kernel: StateT is float or __nv_bfloat16, kHeadDim (K = V) 128 or 64,
-// kRowsPerThread 1, 2 or 4, kRowPasses 1 or 2 (2: D = 128 with 4 rows a thread only, the whole head a CTA).
-template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses = 1>
+// kRowsPerThread 1, 2 or 4, kRowPasses 1 or 2 (2: D = 128 with 4 rows a thread only, the whole head a
+// CTA), kStages 1 or 2: the state buffers of a CTA (1: a CTA a unit, grid = units; 2: a persistent
+// CTA walks units gridDim.x apart and the bulk copy of its next unit is in flight while it works on
+// this one, see "Streaming" in docs/serving.md).
+template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses = 1, int kStages = 1>
 struct KdaDecodeTraits {
   using State = StateT;
   static constexpr int kDim = kHeadDim;              // K = V
@@ -87,6 +91,7 @@ struct KdaDecodeTraits {
   static constexpr int kRowGroups = 32 / kLanesPerRow;
   static constexpr int kRowsPerThread_ = kRowsPerThread;
   static constexpr int kRowPasses_ = kRowPasses;
+  static constexpr int kStages_ = kStages;
   // rows in registers at a time (16·kRowsPerThread), and of the CTA
   static constexpr int kPassRows = kWarps * kRowGroups * kRowsPerThread;
   static constexpr int kRows = kPassRows * kRowPasses;
@@ -102,9 +107,13 @@ struct KdaDecodeTraits {
   // keeps the registers per thread, the 16 warps and the 128 KB per SM with twice the CTAs (8 of
   // ~26 KB of shared memory fit as well).
   // (Two passes: ~50 KB of shared memory a CTA, 4 CTAs an SM as well.)
-  static constexpr int kMinBlocks = (kRowsPerThread >= 4 ? 4 : kRowsPerThread == 2 ? 5 : 6) * 128 / kThreads;
+  // (Streaming an fp32 pool with 4 rows a thread: two 32 KB buffers a CTA, 2 CTAs an SM by shared memory.)
+  static constexpr int kMinBlocks = kStages == 2 && sizeof(StateT) == 4 && kRowsPerThread == 4
+                                        ? 2
+                                        : (kRowsPerThread >= 4 ? 4 : kRowsPerThread == 2 ? 5 : 6) * 128 / kThreads;
   static_assert(kDim == 128 || kDim == 64, "the decode kernel is built for K = V = 128 and 64");
   static_assert(kRowPasses == 1 || kRowPasses == 2, "one or two passes over a CTA's rows");
+  static_assert(kStages == 1 || (kStages == 2 && kRowPasses == 1), "streaming: two buffers of one pass each");
   static_assert(kDim % kRows == 0, "the rows of S must split evenly over the CTAs of a head");
   static_assert(kRows % 8 == 0, "out is written in 16-byte pieces of 8 rows");
   static_assert(kMaxTokens * kRows / 8 <= kThreads, "one thread per 16-byte piece of out");
@@ -182,7 +191,7 @@ __device__ __forceinline__ void load_bf16x4(const uint16_t* p, float* x) {
 
 template <typename Tr>
 struct KdaDecodeSmem {
-  alignas(128) typename Tr::State state[Tr::kRows][Tr::kDim];  // the CTA's rows, as in the pool
+  alignas(128) typename Tr::State state[Tr::kStages_][Tr::kRows][Tr::kDim];  // a unit's rows, as in the pool
   alignas(16) float k_hat[Tr::kMaxTokens][Tr::kDim];
   alignas(16) float q_tilde[Tr::kMaxTokens][Tr::kDim];  // times scale
   alignas(16) float alpha[Tr::kMaxTokens][Tr::kDim];
@@ -191,239 +200,306 @@ struct KdaDecodeSmem {
   float beta[Tr::kMaxTokens];
   float kq[Tr::kMaxTokens];                // k_hat · q_tilde
   int64_t write_slot[Tr::kMaxTokens];      // speculative: slot of the state after token t, or -1
-  uint64_t state_loaded[Tr::kRowPasses_];  // mbarriers of the bulk copies, one a pass
+  uint64_t state_loaded[Tr::kStages_][Tr::kRowPasses_];  // mbarriers of the bulk copies, one a pass
+};
+
+// One work unit (sequence n, value head hv, slice of Tr::kRows rows) as the kernel reads it. Every
+// value is the same for the whole CTA. Contents the host could not check are clamped or treated as
+// padding, never used to address outside the tensors; `live` is false where nothing is read or
+// written (no token, a padding sequence, an invalid num_accepted or a read slot outside the pool).
+struct KdaDecodeUnit {
+  int slice, hv, n, h;
+  int64_t batch_row, begin;
+  int length;
+  const int32_t* indices;
+  uint32_t read_slot;  // (live only: in [0, pool_size))
+  bool live;
 };
 
 template <typename Tr>
-__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
-    kda_decode_kernel(const __grid_constant__ KdaDecodeArgs a) {
-  using namespace decode_detail;
-  using State = typename Tr::State;
-  constexpr int D = Tr::kDim, RPT = Tr::kRowsPerThread_, kVec = Tr::kVec;
-  FLASH_KDA_DYNAMIC_SMEM(smem_bytes);  // (sizeof(KdaDecodeSmem<Tr>): launch_kda_decode)
-  auto& sm = *reinterpret_cast<KdaDecodeSmem<Tr>*>(smem_bytes);
-
-  const int slice = int(blockIdx.x % Tr::kSlices);
-  const int pair = int(blockIdx.x / Tr::kSlices);
-  const int hv = pair % a.heads_v, n = pair / a.heads_v, h = hv / a.group;
-  const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
-  const int lr = lane % Tr::kLanesPerRow, row_group = lane / Tr::kLanesPerRow;
-
-  // ---- the sequence: its tokens and slots. Every value here is the same for the whole CTA, so the
-  // early returns are uniform. Contents the host could not check are clamped or treated as padding,
-  // never used to address outside the tensors.
-  int64_t batch_row = n, begin = 0;
-  int length = int(a.seqlen);
+__device__ __forceinline__ KdaDecodeUnit decode_unit(const KdaDecodeArgs& a, int64_t u) {
+  KdaDecodeUnit x{};
+  x.slice = int(u % Tr::kSlices);
+  const int pair = int(u / Tr::kSlices);
+  x.hv = pair % a.heads_v;
+  x.n = pair / a.heads_v;
+  x.h = x.hv / a.group;
+  x.batch_row = x.n;
+  x.begin = 0;
+  x.length = int(a.seqlen);
   if (a.cu_seqlens) {
     int64_t b, e;
     if (a.cu_seqlens_i64) {
-      b = static_cast<const int64_t*>(a.cu_seqlens)[n];
-      e = static_cast<const int64_t*>(a.cu_seqlens)[n + 1];
+      b = static_cast<const int64_t*>(a.cu_seqlens)[x.n];
+      e = static_cast<const int64_t*>(a.cu_seqlens)[x.n + 1];
     } else {
-      b = static_cast<const int32_t*>(a.cu_seqlens)[n];
-      e = static_cast<const int32_t*>(a.cu_seqlens)[n + 1];
+      b = static_cast<const int32_t*>(a.cu_seqlens)[x.n];
+      e = static_cast<const int32_t*>(a.cu_seqlens)[x.n + 1];
     }
     b = min(max(b, int64_t(0)), a.seqlen);
     e = min(max(e, b), a.seqlen);
-    batch_row = 0;
-    begin = b;
-    length = int(min(e - b, int64_t(Tr::kMaxTokens)));
+    x.batch_row = 0;
+    x.begin = b;
+    x.length = int(min(e - b, int64_t(Tr::kMaxTokens)));
   }
-  if (length == 0) return;  // no token: the state stays as it is
-  const int32_t* indices = a.state_indices + n * a.indices_stride;
-  const bool speculative = a.slots_per_seq > 1;
+  x.indices = a.state_indices + int64_t(x.n) * a.indices_stride;
+  x.live = false;
+  if (x.length == 0) return x;  // no token: the state stays as it is
   int read_column = 0;
   if (a.num_accepted) {
-    const int accepted = a.num_accepted[n];
-    if (accepted < 1 || accepted > a.slots_per_seq) return;  // padding (or invalid): nothing written
+    const int accepted = a.num_accepted[x.n];
+    if (accepted < 1 || accepted > a.slots_per_seq) return x;  // padding (or invalid): nothing written
     read_column = accepted - 1;
   }
-  const int32_t read_index = indices[read_column];
-  if (read_index < 0 || read_index >= a.pool_size) return;  // padding sequence
+  const int32_t read_index = x.indices[read_column];
+  if (read_index < 0 || read_index >= a.pool_size) return x;  // padding sequence
   // Non-negative from here on: zero-extended, its 64-bit products need no register for a sign word.
-  const uint32_t read_slot = uint32_t(read_index);
+  x.read_slot = uint32_t(read_index);
+  x.live = true;
+  return x;
+}
 
-  // ---- a bulk copy of each pass's rows of S (in flight during the preparation below) ----
+template <typename Tr>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
+    kda_decode_kernel(const __grid_constant__ KdaDecodeArgs a, const int64_t units) {
+  using namespace decode_detail;
+  using State = typename Tr::State;
+  constexpr int D = Tr::kDim, RPT = Tr::kRowsPerThread_, kVec = Tr::kVec, kStages = Tr::kStages_;
+  FLASH_KDA_DYNAMIC_SMEM(smem_bytes);  // (sizeof(KdaDecodeSmem<Tr>): launch_kda_decode)
+  auto& sm = *reinterpret_cast<KdaDecodeSmem<Tr>*>(smem_bytes);
+
+  const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int lr = lane % Tr::kLanesPerRow, row_group = lane / Tr::kLanesPerRow;
   State* const pool = static_cast<State*>(a.state);
-  const int64_t head_offset = int64_t(hv) * D * D + int64_t(slice) * Tr::kRows * D;
-  if (tid == 0) {
-    const State* src = pool + int64_t(read_slot) * a.heads_v * D * D + head_offset;
+  auto head_offset = [&](const KdaDecodeUnit& x) {
+    return int64_t(x.hv) * D * D + int64_t(x.slice) * Tr::kRows * D;
+  };
+
+  // A bulk copy of each pass's rows of unit u into buffer `stage` (thread 0; nothing for a unit past
+  // the grid's last or one that is not live, which the loop below skips alike).
+  auto issue = [&](int64_t u, int stage) {
+    if (u >= units) return;
+    const KdaDecodeUnit x = decode_unit<Tr>(a, u);
+    if (!x.live) return;
+    const State* src = pool + int64_t(x.read_slot) * a.heads_v * D * D + head_offset(x);
 #pragma unroll
     for (int p = 0; p < Tr::kRowPasses_; ++p) {
-      mbarrier_init(&sm.state_loaded[p], 1);
-      mbarrier_arrive_expect_tx(&sm.state_loaded[p], Tr::kPassBytes);
-      bulk_copy_g2s(&sm.state[p * Tr::kPassRows][0], src + p * Tr::kPassRows * D, Tr::kPassBytes, &sm.state_loaded[p]);
+      mbarrier_arrive_expect_tx(&sm.state_loaded[stage][p], Tr::kPassBytes);
+      bulk_copy_g2s(&sm.state[stage][p * Tr::kPassRows][0], src + p * Tr::kPassRows * D, Tr::kPassBytes,
+                    &sm.state_loaded[stage][p]);
     }
+  };
+  if (tid == 0) {
+#pragma unroll
+    for (int st = 0; st < kStages; ++st)
+#pragma unroll
+      for (int p = 0; p < Tr::kRowPasses_; ++p) mbarrier_init(&sm.state_loaded[st][p], 1);
+    // (streaming: the first units' copies before the loop; the loop issues the rest one unit ahead)
+#pragma unroll
+    for (int st = 0; st + 1 < kStages; ++st) issue(int64_t(blockIdx.x) + st * int64_t(gridDim.x), st);
   }
+  uint32_t parity = 0;  // bit st: the phase of buffer st's next completion
 
-  // ---- per-token vectors, kTokenLanes lanes per token (a warp at D = 128, a half-warp at D = 64) ----
-  // The gate form is the same for the whole grid: the branches below are uniform, and the default
-  // form (sigmoid with A_log) computes exactly what it did before the other forms existed.
-  const float gate_rate = a.softplus_gate ? expf(a.A_log[hv]) : a.A_log ? __expf(a.A_log[hv]) : 1.0f;
-  constexpr int kTokenLanes = Tr::kTokenLanes, kTokensPerWarp = Tr::kTokensPerWarp;
-  const int tl = lane % kTokenLanes;  // this lane within its token's group
-  // Every lane of a warp takes part in each pass (the sums shuffle over the full mask); a group past
-  // the last token repeats the pass's first token and stores nothing.
-  for (int t0 = warp * kTokensPerWarp; t0 < length; t0 += Tr::kWarps * kTokensPerWarp) {
-    const int t = t0 + lane / kTokenLanes;
-    const bool live = t < length;
-    const int64_t token = begin + (live ? t : t0);
-    const int c0 = 4 * tl;  // this lane's 4 channels
-    float q[4], k[4], g[4];
-    load_bf16x4(a.q + batch_row * a.q_s[0] + token * a.q_s[1] + h * a.q_s[2] + c0, q);
-    load_bf16x4(a.k + batch_row * a.k_s[0] + token * a.k_s[1] + h * a.k_s[2] + c0, k);
-    load_bf16x4(a.g + batch_row * a.g_s[0] + token * a.g_s[1] + hv * a.g_s[2] + c0, g);
-    const uint16_t* v_row = a.v + batch_row * a.v_s[0] + token * a.v_s[1] + hv * a.v_s[2] + slice * Tr::kRows;
-    for (int r = 4 * tl; r < Tr::kRows && live; r += 4 * kTokenLanes) {
-      float v4[4];
-      load_bf16x4(v_row + r, v4);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) sm.v[t][r + e] = v4[e];
-    }
-    float qq = 0.f, kk = 0.f;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) qq += q[e] * q[e], kk += k[e] * k[e];
-    // The eps inside the root, as docs/spec.md: an all-zero key stays zero.
-    const float q_factor = a.scale * rsqrtf(lane_group_sum<kTokenLanes>(qq) + 1e-6f);
-    const float k_factor = rsqrtf(lane_group_sum<kTokenLanes>(kk) + 1e-6f);
-    float kq = 0.f;
-    float4 k4, q4, a4;
-    float* kp = &k4.x;
-    float* qp = &q4.x;
-    float* ap = &a4.x;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      kp[e] = k[e] * k_factor;
-      qp[e] = q[e] * q_factor;
-      kq += kp[e] * qp[e];
-    }
-    if (a.softplus_gate) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) ap[e] = softplus_decay(gate_rate, g[e] + a.dt_bias[hv * D + c0 + e]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        ap[e] = __expf(a.lower_bound * sigmoid(gate_rate * (g[e] + a.dt_bias[hv * D + c0 + e])));
-    }
-    kq = lane_group_sum<kTokenLanes>(kq);
-    if (!live) continue;
-    *reinterpret_cast<float4*>(&sm.k_hat[t][c0]) = k4;
-    *reinterpret_cast<float4*>(&sm.q_tilde[t][c0]) = q4;
-    *reinterpret_cast<float4*>(&sm.alpha[t][c0]) = a4;
-    if (tl == 0) {
-      sm.beta[t] =
-          a.beta_scale *
-          sigmoid(bf16_bits_to_float(a.beta[batch_row * a.beta_s[0] + token * a.beta_s[1] + hv * a.beta_s[2]]));
-      sm.kq[t] = kq;
-    }
-  }
-  if (tid < length) {
-    int64_t slot = -1;
-    if (speculative && tid < a.slots_per_seq) {
-      slot = indices[tid];
-      if (slot >= a.pool_size) slot = -1;
-    }
-    sm.write_slot[tid] = slot;
-  }
-  __syncthreads();  // also orders the mbarrier's initialisation before every thread's wait
-
-  // ---- the passes: this thread's rows of pass `pass` into registers, the tokens, the rows back ----
+  // One unit an iteration: with one stage the CTA's own unit (grid = units), streaming the units
+  // blockIdx.x + i * gridDim.x in turn.
+  int stage = 0;
 #pragma unroll 1
-  for (int pass = 0; pass < Tr::kRowPasses_; ++pass) {
-    // (row within the slice)
-    auto row_of = [&](int i) { return ((pass * Tr::kWarps + warp) * RPT + i) * Tr::kRowGroups + row_group; };
-    float s[RPT][Tr::kCols];
-    mbarrier_wait(&sm.state_loaded[pass], 0);
-#pragma unroll
-    for (int i = 0; i < RPT; ++i)
-#pragma unroll
-      for (int j = 0; j < Tr::kChunks; ++j) load_state_vec(&sm.state[row_of(i)][Tr::column(lr, j, 0)], &s[i][j * kVec]);
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x, stage = stage + 1 == kStages ? 0 : stage + 1) {
+    // The copy kStages - 1 units ahead, into the buffer the previous unit used (read into registers
+    // before the __syncthreads that ended its iteration); with one stage, this unit's own copy, in
+    // flight during the preparation below.
+    if (tid == 0) issue(u + (kStages - 1) * int64_t(gridDim.x), kStages == 1 ? 0 : (stage + kStages - 1) % kStages);
+    const KdaDecodeUnit x = decode_unit<Tr>(a, u);
+    if (!x.live) {  // (uniform)
+      if constexpr (kStages == 1) break;  // (the CTA's only unit: nothing of the loop stays live)
+      continue;
+    }
+    const int hv = x.hv, h = x.h, slice = x.slice, length = x.length;
+    const int64_t batch_row = x.batch_row, begin = x.begin;
+    const bool speculative = a.slots_per_seq > 1;
 
-    auto store_rows = [&](int64_t slot) {
-      State* dst = pool + slot * a.heads_v * D * D + head_offset;
+    // ---- per-token vectors, kTokenLanes lanes per token (a warp at D = 128, a half-warp at D = 64) ----
+    // The gate form is the same for the whole grid: the branches below are uniform, and the default
+    // form (sigmoid with A_log) computes exactly what it did before the other forms existed.
+    const float gate_rate = a.softplus_gate ? expf(a.A_log[hv]) : a.A_log ? __expf(a.A_log[hv]) : 1.0f;
+    constexpr int kTokenLanes = Tr::kTokenLanes, kTokensPerWarp = Tr::kTokensPerWarp;
+    const int tl = lane % kTokenLanes;  // this lane within its token's group
+    // Every lane of a warp takes part in each pass (the sums shuffle over the full mask); a group past
+    // the last token repeats the pass's first token and stores nothing.
+    for (int t0 = warp * kTokensPerWarp; t0 < length; t0 += Tr::kWarps * kTokensPerWarp) {
+      const int t = t0 + lane / kTokenLanes;
+      const bool live = t < length;
+      const int64_t token = begin + (live ? t : t0);
+      const int c0 = 4 * tl;  // this lane's 4 channels
+      float q[4], k[4], g[4];
+      load_bf16x4(a.q + batch_row * a.q_s[0] + token * a.q_s[1] + h * a.q_s[2] + c0, q);
+      load_bf16x4(a.k + batch_row * a.k_s[0] + token * a.k_s[1] + h * a.k_s[2] + c0, k);
+      load_bf16x4(a.g + batch_row * a.g_s[0] + token * a.g_s[1] + hv * a.g_s[2] + c0, g);
+      const uint16_t* v_row = a.v + batch_row * a.v_s[0] + token * a.v_s[1] + hv * a.v_s[2] + slice * Tr::kRows;
+      for (int r = 4 * tl; r < Tr::kRows && live; r += 4 * kTokenLanes) {
+        float v4[4];
+        load_bf16x4(v_row + r, v4);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sm.v[t][r + e] = v4[e];
+      }
+      float qq = 0.f, kk = 0.f;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) qq += q[e] * q[e], kk += k[e] * k[e];
+      // The eps inside the root, as docs/spec.md: an all-zero key stays zero.
+      const float q_factor = a.scale * rsqrtf(lane_group_sum<kTokenLanes>(qq) + 1e-6f);
+      const float k_factor = rsqrtf(lane_group_sum<kTokenLanes>(kk) + 1e-6f);
+      float kq = 0.f;
+      float4 k4, q4, a4;
+      float* kp = &k4.x;
+      float* qp = &q4.x;
+      float* ap = &a4.x;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        kp[e] = k[e] * k_factor;
+        qp[e] = q[e] * q_factor;
+        kq += kp[e] * qp[e];
+      }
+      if (a.softplus_gate) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) ap[e] = softplus_decay(gate_rate, g[e] + a.dt_bias[hv * D + c0 + e]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          ap[e] = __expf(a.lower_bound * sigmoid(gate_rate * (g[e] + a.dt_bias[hv * D + c0 + e])));
+      }
+      kq = lane_group_sum<kTokenLanes>(kq);
+      if (!live) continue;
+      *reinterpret_cast<float4*>(&sm.k_hat[t][c0]) = k4;
+      *reinterpret_cast<float4*>(&sm.q_tilde[t][c0]) = q4;
+      *reinterpret_cast<float4*>(&sm.alpha[t][c0]) = a4;
+      if (tl == 0) {
+        sm.beta[t] =
+            a.beta_scale *
+            sigmoid(bf16_bits_to_float(a.beta[batch_row * a.beta_s[0] + token * a.beta_s[1] + hv * a.beta_s[2]]));
+        sm.kq[t] = kq;
+      }
+    }
+    if (tid < length) {
+      int64_t slot = -1;
+      if (speculative && tid < a.slots_per_seq) {
+        slot = x.indices[tid];
+        if (slot >= a.pool_size) slot = -1;
+      }
+      sm.write_slot[tid] = slot;
+    }
+    __syncthreads();  // also orders the mbarriers' initialisation before every thread's first wait
+
+    // ---- the passes: this thread's rows of pass `pass` into registers, the tokens, the rows back ----
+    const uint32_t phase = (parity >> stage) & 1u;
+    parity ^= 1u << stage;
+#pragma unroll 1
+    for (int pass = 0; pass < Tr::kRowPasses_; ++pass) {
+      // (row within the slice)
+      auto row_of = [&](int i) { return ((pass * Tr::kWarps + warp) * RPT + i) * Tr::kRowGroups + row_group; };
+      float s[RPT][Tr::kCols];
+      mbarrier_wait(&sm.state_loaded[stage][pass], phase);
 #pragma unroll
       for (int i = 0; i < RPT; ++i)
 #pragma unroll
         for (int j = 0; j < Tr::kChunks; ++j)
-          store_state_vec(dst + row_of(i) * D + Tr::column(lr, j, 0), &s[i][j * kVec]);
-    };
+          load_state_vec(&sm.state[stage][row_of(i)][Tr::column(lr, j, 0)], &s[i][j * kVec]);
 
-    // ---- the tokens ----
-    for (int t = 0; t < length; ++t) {
-      float pk[RPT], pq[RPT];
+      auto store_rows = [&](int64_t slot) {
+        State* dst = pool + slot * a.heads_v * D * D + head_offset(x);
 #pragma unroll
-      for (int i = 0; i < RPT; ++i) pk[i] = pq[i] = 0.f;
+        for (int i = 0; i < RPT; ++i)
 #pragma unroll
-      for (int j = 0; j < Tr::kChunks; ++j) {
+          for (int j = 0; j < Tr::kChunks; ++j)
+            store_state_vec(dst + row_of(i) * D + Tr::column(lr, j, 0), &s[i][j * kVec]);
+      };
+
+      // ---- the tokens ----
+      for (int t = 0; t < length; ++t) {
+        float pk[RPT], pq[RPT];
 #pragma unroll
-        for (int e4 = 0; e4 < kVec; e4 += 4) {
-          const int c = Tr::column(lr, j, e4);
-          const float4 al = *reinterpret_cast<const float4*>(&sm.alpha[t][c]);
-          const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][c]);
-          const float4 qt = *reinterpret_cast<const float4*>(&sm.q_tilde[t][c]);
-          const float alv[4] = {al.x, al.y, al.z, al.w}, khv[4] = {kh.x, kh.y, kh.z, kh.w};
-          const float qtv[4] = {qt.x, qt.y, qt.z, qt.w};
+        for (int i = 0; i < RPT; ++i) pk[i] = pq[i] = 0.f;
 #pragma unroll
-          for (int i = 0; i < RPT; ++i)
+        for (int j = 0; j < Tr::kChunks; ++j) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              float& x = s[i][j * kVec + e4 + e];
-              x *= alv[e];
-              pk[i] = fmaf(x, khv[e], pk[i]);
-              pq[i] = fmaf(x, qtv[e], pq[i]);
-            }
+          for (int e4 = 0; e4 < kVec; e4 += 4) {
+            const int c = Tr::column(lr, j, e4);
+            const float4 al = *reinterpret_cast<const float4*>(&sm.alpha[t][c]);
+            const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][c]);
+            const float4 qt = *reinterpret_cast<const float4*>(&sm.q_tilde[t][c]);
+            const float alv[4] = {al.x, al.y, al.z, al.w}, khv[4] = {kh.x, kh.y, kh.z, kh.w};
+            const float qtv[4] = {qt.x, qt.y, qt.z, qt.w};
+#pragma unroll
+            for (int i = 0; i < RPT; ++i)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                float& v = s[i][j * kVec + e4 + e];
+                v *= alv[e];
+                pk[i] = fmaf(v, khv[e], pk[i]);
+                pq[i] = fmaf(v, qtv[e], pq[i]);
+              }
+          }
         }
-      }
 #pragma unroll
-      for (int o = 1; o < Tr::kLanesPerRow; o <<= 1)
+        for (int o = 1; o < Tr::kLanesPerRow; o <<= 1)
+#pragma unroll
+          for (int i = 0; i < RPT; ++i) {
+            pk[i] += __shfl_xor_sync(0xffffffffu, pk[i], o);
+            pq[i] += __shfl_xor_sync(0xffffffffu, pq[i], o);
+          }
+        const float beta = sm.beta[t], kq = sm.kq[t];
+        float delta[RPT];
 #pragma unroll
         for (int i = 0; i < RPT; ++i) {
-          pk[i] += __shfl_xor_sync(0xffffffffu, pk[i], o);
-          pq[i] += __shfl_xor_sync(0xffffffffu, pq[i], o);
+          delta[i] = beta * (sm.v[t][row_of(i)] - pk[i]);
+          if (lr == 0) sm.out[t][row_of(i)] = __float2bfloat16_rn(fmaf(delta[i], kq, pq[i]));
         }
-      const float beta = sm.beta[t], kq = sm.kq[t];
-      float delta[RPT];
 #pragma unroll
-      for (int i = 0; i < RPT; ++i) {
-        delta[i] = beta * (sm.v[t][row_of(i)] - pk[i]);
-        if (lr == 0) sm.out[t][row_of(i)] = __float2bfloat16_rn(fmaf(delta[i], kq, pq[i]));
-      }
+        for (int j = 0; j < Tr::kChunks; ++j)
 #pragma unroll
-      for (int j = 0; j < Tr::kChunks; ++j)
+          for (int e4 = 0; e4 < kVec; e4 += 4) {
+            const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][Tr::column(lr, j, e4)]);
+            const float khv[4] = {kh.x, kh.y, kh.z, kh.w};
 #pragma unroll
-        for (int e4 = 0; e4 < kVec; e4 += 4) {
-          const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][Tr::column(lr, j, e4)]);
-          const float khv[4] = {kh.x, kh.y, kh.z, kh.w};
+            for (int i = 0; i < RPT; ++i)
 #pragma unroll
-          for (int i = 0; i < RPT; ++i)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[i][j * kVec + e4 + e] = fmaf(delta[i], khv[e], s[i][j * kVec + e4 + e]);
+              for (int e = 0; e < 4; ++e) s[i][j * kVec + e4 + e] = fmaf(delta[i], khv[e], s[i][j * kVec + e4 + e]);
+          }
+        if (speculative) {
+          const int64_t slot = sm.write_slot[t];
+          if (slot >= 0) store_rows(slot);
         }
-      if (speculative) {
-        const int64_t slot = sm.write_slot[t];
-        if (slot >= 0) store_rows(slot);
       }
+      // One slot per sequence: the state after the last token goes back where it came from, in place
+      // (the pass's bulk copy completed before any thread got past its mbarrier_wait, and each thread
+      // writes only its rows; the other pass's rows are other bytes).
+      if (!speculative) store_rows(int64_t(x.read_slot));
     }
-    // One slot per sequence: the state after the last token goes back where it came from, in place (the
-    // pass's bulk copy completed before any thread got past its mbarrier_wait, and each thread writes
-    // only its rows; the other pass's rows are other bytes).
-    if (!speculative) store_rows(int64_t(read_slot));
-  }
 
-  // ---- out: 16-byte pieces of 8 rows, from the staging buffer ----
-  __syncthreads();
-  constexpr int kPieces = Tr::kRows / 8;
-  if (tid < length * kPieces) {
-    const int t = tid / kPieces, piece = tid % kPieces;
-    uint16_t* dst =
-        a.out + batch_row * a.out_s[0] + (begin + t) * a.out_s[1] + hv * a.out_s[2] + slice * Tr::kRows + piece * 8;
-    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&sm.out[t][piece * 8]);
+    // ---- out: 16-byte pieces of 8 rows, from the staging buffer ----
+    __syncthreads();
+    constexpr int kPieces = Tr::kRows / 8;
+    if (tid < length * kPieces) {
+      const int t = tid / kPieces, piece = tid % kPieces;
+      uint16_t* dst =
+          a.out + batch_row * a.out_s[0] + (begin + t) * a.out_s[1] + hv * a.out_s[2] + slice * Tr::kRows + piece * 8;
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&sm.out[t][piece * 8]);
+    }
+    if constexpr (kStages == 1) break;
+    // The next unit overwrites the token vectors, out's staging and this unit's buffer.
+    __syncthreads();
   }
 }
 
-// Launches the kernel for `units` = sequences × heads × Tr::kSlices CTAs (kda_decode_sm90.cu).
-template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses>
-cudaError_t launch_kda_decode(const KdaDecodeArgs& args, int64_t units, cudaStream_t stream);
+// Launches the kernel for `units` = sequences × heads × Tr::kSlices work units (kda_decode_sm90.cu):
+// one CTA a unit with one stage; streaming, as many CTAs as fit the `sm_count` SMs at once (at most
+// `units`).
+template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses, int kStages>
+cudaError_t launch_kda_decode(const KdaDecodeArgs& args, int64_t units, int sm_count, cudaStream_t stream);
+
+// The streaming grid: `per_sm` CTAs on each of `sm_count` SMs, never more than the units.
+inline int64_t decode_stream_grid(int64_t units, int per_sm, int sm_count) {
+  return std::max<int64_t>(1, std::min<int64_t>(units, int64_t(std::max(per_sm, 1)) * sm_count));
+}
 
 // ---- the host side of a launch, shared by src/cuda/decode_dispatch.cu (the GPU) and
 // tests/emu/test_emu_decode.cpp (the emulation), so that both run the same arguments and shapes ----
@@ -476,19 +552,60 @@ inline int decode_row_passes(DType state, int64_t pairs, int64_t D, int rows_per
              : 1;
 }
 
-// Calls f(Tr{}) with the traits of the state dtype, D (128 or 64), rows per thread (4, 2, else 1) and
-// passes (2 only with a bf16 state, D = 128 and 4 rows a thread, else 1).
+// Streaming (KdaDecodeTraits::kStages_ = 2): where the one-unit grid would run many waves of CTAs
+// (4 rows a thread at D = 128, i.e. at least 16 warps an SM in it, and more than twice the units
+// that fit the SMs at once), each CTA walks units gridDim.x apart and has the next unit's bulk copy
+// in flight while it works on this one, so that the SM's copies never wait for its arithmetic (with
+// one unit a CTA, a CTA's copy is issued only when the CTA starts). bf16 pools stream 64-row units
+// in one pass; fp32 pools FLASH_KDA_DECODE_STREAM_F32_ROWS rows a thread (0: fp32 does not stream).
+#ifndef FLASH_KDA_DECODE_STREAM
+#define FLASH_KDA_DECODE_STREAM 1
+#endif
+#ifndef FLASH_KDA_DECODE_STREAM_F32_ROWS
+#define FLASH_KDA_DECODE_STREAM_F32_ROWS 0
+#endif
+struct DecodeShape {
+  int rows_per_thread;
+  int row_passes;
+  int stages;
+};
+
+inline DecodeShape decode_shape(DType state, int64_t pairs, int64_t D, int sm_count, bool one_token) {
+  DecodeShape s{decode_rows_per_thread(pairs, D, sm_count), 1, 1};
+  const int64_t units = pairs * (D / (16 * s.rows_per_thread));
+  const bool many_waves = FLASH_KDA_DECODE_STREAM && D == 128 && s.rows_per_thread == 4 && units > 8 * int64_t(sm_count);
+  if (many_waves && state == DType::kBF16) {
+    s.stages = 2;
+  } else if (many_waves && FLASH_KDA_DECODE_STREAM_F32_ROWS > 0) {
+    s.rows_per_thread = FLASH_KDA_DECODE_STREAM_F32_ROWS;
+    s.stages = 2;
+  } else {
+    s.row_passes = decode_row_passes(state, pairs, D, s.rows_per_thread, sm_count, one_token);
+  }
+  return s;
+}
+
+// Calls f(Tr{}) with the traits of the state dtype, D (128 or 64), rows per thread (4, 2, else 1),
+// passes (2 only with a bf16 state, D = 128 and 4 rows a thread, else 1) and stages (2: D = 128
+// with 4 rows a thread, or 2 with an fp32 state; else 1).
 template <class F>
-auto with_decode_traits(DType state, int64_t D, int rows_per_thread, int row_passes, F&& f) {
+auto with_decode_traits(DType state, int64_t D, const DecodeShape& shape, F&& f) {
   auto rows = [&](auto st, auto d) {
     using S = decltype(st);
     constexpr int kD = decltype(d)::value;
-    switch (rows_per_thread) {
+    constexpr bool kBf16 = std::is_same_v<S, __nv_bfloat16>;
+    switch (shape.rows_per_thread) {
       case 4:
-        if constexpr (kD == 128 && std::is_same_v<S, __nv_bfloat16>)
-          if (row_passes == 2) return f(KdaDecodeTraits<S, kD, 4, 2>{});
+        if constexpr (kD == 128) {
+          if (shape.stages == 2) return f(KdaDecodeTraits<S, kD, 4, 1, 2>{});
+          if constexpr (kBf16)
+            if (shape.row_passes == 2) return f(KdaDecodeTraits<S, kD, 4, 2>{});
+        }
         return f(KdaDecodeTraits<S, kD, 4>{});
-      case 2: return f(KdaDecodeTraits<S, kD, 2>{});
+      case 2:
+        if constexpr (kD == 128 && !kBf16)
+          if (shape.stages == 2) return f(KdaDecodeTraits<S, kD, 2, 1, 2>{});
+        return f(KdaDecodeTraits<S, kD, 2>{});
       default: return f(KdaDecodeTraits<S, kD, 1>{});
     }
   };

@@ -11,8 +11,8 @@ template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses, int
 cudaError_t launch_kda_decode(const KdaDecodeArgs& args, int64_t units, int sm_count, cudaStream_t stream) {
   using Tr = KdaDecodeTraits<StateT, kHeadDim, kRowsPerThread, kRowPasses, kStages>;
   constexpr int kSmem = int(sizeof(KdaDecodeSmem<Tr>));
-  if constexpr (kSmem > 48 * 1024) {
-    // (the largest carveout: as many such CTAs an SM as fit)
+  if constexpr (kSmem > 48 * 1024 || kStages > 1) {
+    // (the largest carveout: as many such CTAs an SM as fit, which the streaming grid counts on)
     const cudaError_t e = raise_smem_limit<kda_decode_kernel<Tr>>(kSmem, true);
     if (e != cudaSuccess) return e;
   }

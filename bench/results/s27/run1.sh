@@ -18,25 +18,6 @@ nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
 tar -xJf build-s27/s27a.tar.xz -C build-s27
 H=build-s27/h
 B=$H/kda_bench
-echo "== 1. plans $(t)"
-for r in 1 2; do
-  $B prefill --reps 10 --graph --plans auto,fused,prepared --json $D/plans_$r.json \
-    fixed96 varlen6_96 v1024x8_96 fixed64 varlen6_64 v1024x8_64 b16x2048_32 > $D/plans_$r.txt 2>&1
-done
-python3 - $D <<'PY'
-import json, statistics, sys
-d = sys.argv[1]
-R = [{(x['case'], x['plan']): x for x in json.load(open(f'{d}/plans_{r}.json'))} for r in (1, 2)]
-cases = list(dict.fromkeys(c for c, _ in R[0]))
-print(f"{'case':<14} {'auto':>8} {'fused':>8} {'prepared':>9} {'prep/fused':>10} {'floor':>7}")
-for c in cases:
-    m = {p: statistics.median(r[(c, p)]['ours_ms_median'] for r in R) for p in ('auto', 'fused', 'prepared')}
-    fl = statistics.median(r[(c, 'auto')]['copy_ms_median'] for r in R)
-    print(f"{c:<14} {m['auto']:8.4f} {m['fused']:8.4f} {m['prepared']:9.4f} {m['prepared']/m['fused']:10.3f} {fl:7.4f}")
-PY
-echo "== 2. segment counts $(t)"
-$B prefill --reps 10 --graph --plans auto,split32:128,split32:104 fixed32 | tail -4
-$B prefill --reps 10 --graph --plans auto,split32:1024,split32:820 long64k_32 | tail -4
 echo "== 3. decode $(t)"
 mkdir -p $D/dec
 DB="h s1 f2 f4"
@@ -64,6 +45,26 @@ for tool in memcheck racecheck; do
   timeout 90 compute-sanitizer --tool $tool build-s27/s1/test_cuda_sanitize --gtest_filter='*Decode*' > $D/dec/san_$tool.log 2>&1
   echo "s1 decode $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $D/dec/san_$tool.log | tail -1) $(t)"
 done
+echo "== 1. plans $(t)"
+for r in 1 2; do
+  $B prefill --reps 10 --graph --plans auto,fused,prepared --json $D/plans_$r.json \
+    fixed96 varlen6_96 v1024x8_96 fixed64 varlen6_64 v1024x8_64 b16x2048_32 > $D/plans_$r.txt 2>&1
+done
+python3 - $D <<'PY'
+import json, statistics, sys
+d = sys.argv[1]
+R = [{(x['case'], x['plan']): x for x in json.load(open(f'{d}/plans_{r}.json'))} for r in (1, 2)]
+cases = list(dict.fromkeys(c for c, _ in R[0]))
+print(f"{'case':<14} {'auto':>8} {'fused':>8} {'prepared':>9} {'prep/fused':>10} {'floor':>7}")
+for c in cases:
+    m = {p: statistics.median(r[(c, p)]['ours_ms_median'] for r in R) for p in ('auto', 'fused', 'prepared')}
+    fl = statistics.median(r[(c, 'auto')]['copy_ms_median'] for r in R)
+    print(f"{c:<14} {m['auto']:8.4f} {m['fused']:8.4f} {m['prepared']:9.4f} {m['prepared']/m['fused']:10.3f} {fl:7.4f}")
+PY
+echo "== 2. segment counts $(t)"
+$B prefill --reps 10 --graph --plans auto,split32:128,split32:104 fixed32 | tail -4
+$B prefill --reps 10 --graph --plans auto,split32:1024,split32:820 long64k_32 | tail -4
+[ $((SECONDS - S)) -gt ${LIMIT:-400} ] && { echo "== skipped 4 (time) $(t)"; exit 0; }
 echo "== 4. checkpoint cost $(t)"
 printf '#!/bin/bash\nexec %s "$@" --ckpt 1024\n' "$PWD/$B" > /tmp/kda_bench_ckpt && chmod +x /tmp/kda_bench_ckpt
 OUT=$D/ckpt bash scripts/ab_bench.sh $B /tmp/kda_bench_ckpt 2 -- prefill --reps 10 --graph \

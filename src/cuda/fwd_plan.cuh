@@ -135,14 +135,20 @@ inline HostPlan make_plan(const FwdParams& p, int sm_count) {
   if (checkpoints && h.kind == FwdPlan::kAuto) h.kind = FwdPlan::kSplit;
   if (checkpoints && h.kind == FwdPlan::kFused) h.kind = FwdPlan::kPrepared;
   if (h.kind == FwdPlan::kAuto) {
-    // Pairs that fill the GPU: the fused kernel (measured faster on every such BENCH row). A packed
-    // batch may still hide one long sequence that only a split helps: the device decides, where a
-    // split is possible at all (m >= 3 below, i.e. HV <= SMs / 3).
+    // Pairs that fill the GPU: a fixed batch (every pair the same length: the walk is bound by the
+    // total work, not by one long pair) runs the prepared plan, measured 8 % faster than the fused
+    // kernel on b16x2048_32 (docs/perf_log.md, session 25); a packed batch runs the fused kernel,
+    // which starts every walk at once (a long sequence among short ones is not held back by the
+    // preparation of the whole batch: varlen6_64 measured 3 % slower prepared). A packed batch may
+    // still hide one long sequence that only a split helps: the device decides, where a split is
+    // possible at all (m >= 3 below, i.e. HV <= SMs / 3).
     // Short prompts: the fused kernel's one launch and no workspace (the prepared plans cost 3-5
     // launches, ~10 us of host time, for a walk of at most 32 chunks).
     const bool short_walk = ceil_div(p.seqlen, kChunk) <= kShortChunks;
     const bool filled = N * HV >= sm_count;
-    h.kind = filled || short_walk ? FwdPlan::kFused : FwdPlan::kSplit;
+    h.kind = short_walk ? FwdPlan::kFused
+             : filled   ? (p.cu_seqlens == nullptr ? FwdPlan::kPrepared : FwdPlan::kFused)
+                        : FwdPlan::kSplit;
     if (filled && !short_walk && p.cu_seqlens != nullptr && N > 1 && 3 * HV <= sm_count) {
       h.kind = FwdPlan::kSplit;
       h.device_decides = true;

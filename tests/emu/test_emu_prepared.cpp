@@ -528,6 +528,40 @@ TEST(EmulatedPlan, CheckpointsWithoutStartsPlanAsWithout) {
     }
 }
 
+// kAuto's plan for batches that fill the GPU (docs/kernel.md, "Plans"): a fixed batch runs the
+// prepared plan unsplit, a packed batch the fused kernel (and the device decides on a split where
+// one is possible); prompts of at most 32 chunks the fused kernel; few pairs the split plan.
+TEST(EmulatedPlan, AutoPlanByBatchKind) {
+  auto plan = [](int64_t batch, int64_t seqlen, int64_t heads, bool packed) {
+    FwdParams p{};
+    p.backend = Backend::kCuda;
+    p.batch = packed ? 1 : batch;
+    p.seqlen = packed ? batch * seqlen : seqlen;
+    p.heads = p.heads_v = heads;
+    p.head_dim_k = p.head_dim_v = 128;
+    static const int32_t cu[2] = {0, 0};  // (only its presence is read by the host plan)
+    if (packed) {
+      p.cu_seqlens = cu;
+      p.cu_seqlens_dtype = DType::kI32;
+      p.num_seqs = batch;
+    }
+    return cuda::fwd_plan::make_plan(p, 132);
+  };
+  const HostPlan b16 = plan(16, 2048, 32, false);  // b16x2048_32
+  EXPECT_EQ(b16.kind, FwdPlan::kPrepared);
+  EXPECT_EQ(b16.max_extra, 0);  // not split
+  EXPECT_FALSE(b16.device_decides);
+  EXPECT_EQ(plan(2, 8192, 96, false).kind, FwdPlan::kPrepared);
+  EXPECT_EQ(plan(8, 1024, 96, true).kind, FwdPlan::kFused);  // v1024x8_96
+  EXPECT_EQ(plan(8, 1024, 64, true).kind, FwdPlan::kFused);
+  const HostPlan packed32 = plan(16, 2048, 32, true);  // a split possible: the device decides
+  EXPECT_EQ(packed32.kind, FwdPlan::kSplit);
+  EXPECT_TRUE(packed32.device_decides);
+  EXPECT_EQ(plan(16, 512, 32, false).kind, FwdPlan::kFused);  // 32 chunks: short
+  EXPECT_EQ(plan(1, 8192, 32, false).kind, FwdPlan::kSplit);  // fixed32
+  EXPECT_EQ(plan(1, 8192, 96, false).kind, FwdPlan::kSplit);  // fixed96: 96 pairs < 132 SMs
+}
+
 // Three 2-warp CTAs an SM (PlanArgs::packed) only for an unsplit 16-token walk at D = 128 whose parts
 // leave SMs idle but do not fit twice, and then every CTA of the pass fits at once (three an SM).
 TEST(EmulatedPlan, PackedWalkOnlyWhereThePartsLeaveSMsIdle) {

@@ -77,7 +77,7 @@ struct DecodeCase {
   Config cfg;
   int rows = 0;    // rows per thread; 0: the dispatcher's choice for sm_count
   int passes = 0;  // passes over a CTA's rows (2: bf16, D = 128, 4 rows); 0: the dispatcher's choice
-  int stages = 0;  // state buffers (2: streaming, D = 128 with 4 rows, or 2 on fp32 pools); 0: the dispatcher's
+  int stages = 0;  // state buffers (2, 3: streaming, D = 128 with 4 rows, or 2 on fp32 pools); 0: the dispatcher's
   int stream_ctas = 3;    // the streaming grid
   int sm_count = 132;
   int64_t S = 1;          // slots per sequence (> 1: speculative)
@@ -116,9 +116,16 @@ std::vector<DecodeCase> decode_cases() {
             st.stages = 2;
             cases.push_back(st);
             if (T == 4) {
+              DecodeCase s3 = st;  // three buffers: two units ahead
+              s3.name = c.name + "_s3";
+              s3.stages = 3;
+              cases.push_back(s3);
               st.name += "_one_cta";
               st.stream_ctas = 1;
               cases.push_back(st);
+              s3.name += "_one_cta";
+              s3.stream_ctas = 1;
+              cases.push_back(s3);
             }
           }
           if (dtype == DType::kBF16 && D == 128 && rows == 4) {  // the whole head a CTA, in two passes

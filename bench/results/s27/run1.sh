@@ -4,11 +4,12 @@
 #      automatic one should pick), two rounds;
 #   2. fixed32 and long64k_32 with more segments than the planner's three (split32:L), issue 10;
 #   3. the decode table with its copy floors (issue 14): h (main's kernels) against the streaming
-#      decode (s1: bf16 pools stream; f2, f4: fp32 pools stream too, 2 or 4 rows a thread), two
+#      decode (s1: bf16 pools stream, two buffers; f2: fp32 pools too, 2 rows a thread; x3: both
+#      with three buffers, fp32 at 2 rows a thread), two
 #      alternating rounds; s1's decode GPU tests and its decode sanitizer cases;
 #   4. the checkpoint cost: --ckpt 1024 against none, alternating, two rounds (issue 14).
 #   OUT=<dir> bash bench/results/s27/run1.sh
-# (builds: build-s27/s27a.tar.xz, stripped binaries in h/, s1/, f2/, f4/; README.md says how they are made)
+# (builds: build-s27/s27a.tar.xz, stripped binaries in h/, s1/, f2/, x3/; README.md says how they are made)
 set -u
 D=$OUT
 S=$SECONDS
@@ -20,7 +21,7 @@ H=build-s27/h
 B=$H/kda_bench
 echo "== 3. decode $(t)"
 mkdir -p $D/dec
-DB="h s1 f2 f4"
+DB="h s1 f2 x3"
 for r in 1 2; do for b in $DB; do
   build-s27/$b/kda_bench decode --reps 30 --json $D/dec/${b}_$r.json > $D/dec/${b}_$r.txt 2>&1
 done; done

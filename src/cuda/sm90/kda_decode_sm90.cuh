@@ -108,12 +108,12 @@ struct KdaDecodeTraits {
   // ~26 KB of shared memory fit as well).
   // (Two passes: ~50 KB of shared memory a CTA, 4 CTAs an SM as well.)
   // (Streaming an fp32 pool with 4 rows a thread: two 32 KB buffers a CTA, 2 CTAs an SM by shared memory.)
-  static constexpr int kMinBlocks = kStages == 2 && sizeof(StateT) == 4 && kRowsPerThread == 4
+  static constexpr int kMinBlocks = kStages >= 2 && sizeof(StateT) == 4 && kRowsPerThread == 4
                                         ? 2
                                         : (kRowsPerThread >= 4 ? 4 : kRowsPerThread == 2 ? 5 : 6) * 128 / kThreads;
   static_assert(kDim == 128 || kDim == 64, "the decode kernel is built for K = V = 128 and 64");
   static_assert(kRowPasses == 1 || kRowPasses == 2, "one or two passes over a CTA's rows");
-  static_assert(kStages == 1 || (kStages == 2 && kRowPasses == 1), "streaming: two buffers of one pass each");
+  static_assert(kStages == 1 || (kStages <= 3 && kRowPasses == 1), "streaming: two or three buffers of one pass each");
   static_assert(kDim % kRows == 0, "the rows of S must split evenly over the CTAs of a head");
   static_assert(kRows % 8 == 0, "out is written in 16-byte pieces of 8 rows");
   static_assert(kMaxTokens * kRows / 8 <= kThreads, "one thread per 16-byte piece of out");
@@ -564,6 +564,9 @@ inline int decode_row_passes(DType state, int64_t pairs, int64_t D, int rows_per
 #ifndef FLASH_KDA_DECODE_STREAM_F32_ROWS
 #define FLASH_KDA_DECODE_STREAM_F32_ROWS 0
 #endif
+#ifndef FLASH_KDA_DECODE_STREAM_STAGES
+#define FLASH_KDA_DECODE_STREAM_STAGES 2
+#endif
 struct DecodeShape {
   int rows_per_thread;
   int row_passes;
@@ -575,10 +578,10 @@ inline DecodeShape decode_shape(DType state, int64_t pairs, int64_t D, int sm_co
   const int64_t units = pairs * (D / (16 * s.rows_per_thread));
   const bool many_waves = FLASH_KDA_DECODE_STREAM && D == 128 && s.rows_per_thread == 4 && units > 8 * int64_t(sm_count);
   if (many_waves && state == DType::kBF16) {
-    s.stages = 2;
+    s.stages = FLASH_KDA_DECODE_STREAM_STAGES;
   } else if (many_waves && FLASH_KDA_DECODE_STREAM_F32_ROWS > 0) {
     s.rows_per_thread = FLASH_KDA_DECODE_STREAM_F32_ROWS;
-    s.stages = 2;
+    s.stages = FLASH_KDA_DECODE_STREAM_STAGES;
   } else {
     s.row_passes = decode_row_passes(state, pairs, D, s.rows_per_thread, sm_count, one_token);
   }
@@ -598,13 +601,16 @@ auto with_decode_traits(DType state, int64_t D, const DecodeShape& shape, F&& f)
       case 4:
         if constexpr (kD == 128) {
           if (shape.stages == 2) return f(KdaDecodeTraits<S, kD, 4, 1, 2>{});
+          if (shape.stages == 3) return f(KdaDecodeTraits<S, kD, 4, 1, 3>{});
           if constexpr (kBf16)
             if (shape.row_passes == 2) return f(KdaDecodeTraits<S, kD, 4, 2>{});
         }
         return f(KdaDecodeTraits<S, kD, 4>{});
       case 2:
-        if constexpr (kD == 128 && !kBf16)
+        if constexpr (kD == 128 && !kBf16) {
           if (shape.stages == 2) return f(KdaDecodeTraits<S, kD, 2, 1, 2>{});
+          if (shape.stages == 3) return f(KdaDecodeTraits<S, kD, 2, 1, 3>{});
+        }
         return f(KdaDecodeTraits<S, kD, 2>{});
       default: return f(KdaDecodeTraits<S, kD, 1>{});
     }

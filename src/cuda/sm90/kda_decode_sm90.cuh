@@ -189,20 +189,6 @@ __device__ __forceinline__ void load_bf16x4(const uint16_t* p, float* x) {
 
 }  // namespace decode_detail
 
-template <typename Tr>
-struct KdaDecodeSmem {
-  alignas(128) typename Tr::State state[Tr::kStages_][Tr::kRows][Tr::kDim];  // a unit's rows, as in the pool
-  alignas(16) float k_hat[Tr::kMaxTokens][Tr::kDim];
-  alignas(16) float q_tilde[Tr::kMaxTokens][Tr::kDim];  // times scale
-  alignas(16) float alpha[Tr::kMaxTokens][Tr::kDim];
-  float v[Tr::kMaxTokens][Tr::kRows];  // this CTA's rows
-  alignas(16) __nv_bfloat16 out[Tr::kMaxTokens][Tr::kRows];
-  float beta[Tr::kMaxTokens];
-  float kq[Tr::kMaxTokens];                // k_hat · q_tilde
-  int64_t write_slot[Tr::kMaxTokens];      // speculative: slot of the state after token t, or -1
-  uint64_t state_loaded[Tr::kStages_][Tr::kRowPasses_];  // mbarriers of the bulk copies, one a pass
-};
-
 // One work unit (sequence n, value head hv, slice of Tr::kRows rows) as the kernel reads it. Every
 // value is the same for the whole CTA. Contents the host could not check are clamped or treated as
 // padding, never used to address outside the tensors; `live` is false where nothing is read or
@@ -260,6 +246,21 @@ __device__ __forceinline__ KdaDecodeUnit decode_unit(const KdaDecodeArgs& a, int
 }
 
 template <typename Tr>
+struct KdaDecodeSmem {
+  alignas(128) typename Tr::State state[Tr::kStages_][Tr::kRows][Tr::kDim];  // a unit's rows, as in the pool
+  alignas(16) float k_hat[Tr::kMaxTokens][Tr::kDim];
+  alignas(16) float q_tilde[Tr::kMaxTokens][Tr::kDim];  // times scale
+  alignas(16) float alpha[Tr::kMaxTokens][Tr::kDim];
+  float v[Tr::kMaxTokens][Tr::kRows];  // this CTA's rows
+  alignas(16) __nv_bfloat16 out[Tr::kMaxTokens][Tr::kRows];
+  float beta[Tr::kMaxTokens];
+  float kq[Tr::kMaxTokens];                // k_hat · q_tilde
+  int64_t write_slot[Tr::kMaxTokens];      // speculative: slot of the state after token t, or -1
+  uint64_t state_loaded[Tr::kStages_][Tr::kRowPasses_];  // mbarriers of the bulk copies, one a pass
+  KdaDecodeUnit unit[Tr::kStages_];  // the unit of each buffer, as thread 0 read it when it issued the copy
+};
+
+template <typename Tr>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     kda_decode_kernel(const __grid_constant__ KdaDecodeArgs a, const int64_t units) {
   using namespace decode_detail;
@@ -275,11 +276,15 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     return int64_t(x.hv) * D * D + int64_t(x.slice) * Tr::kRows * D;
   };
 
-  // A bulk copy of each pass's rows of unit u into buffer `stage` (thread 0; nothing for a unit past
-  // the grid's last or one that is not live, which the loop below skips alike).
+  // Thread 0 reads unit u (decode_unit: the only reads of cu_seqlens, num_accepted and the read slot)
+  // into sm.unit[stage] and issues the bulk copy of each pass's rows into buffer `stage` if it is
+  // live. Every thread then takes the unit from there, so the copy, the wait for it and the write-back
+  // all follow one reading even if the caller changed those tensors during the call (a wait on a copy
+  // never issued would hang the CTA). A unit past the grid's last is not live.
   auto issue = [&](int64_t u, int stage) {
-    if (u >= units) return;
-    const KdaDecodeUnit x = decode_unit<Tr>(a, u);
+    KdaDecodeUnit x{};
+    if (u < units) x = decode_unit<Tr>(a, u);
+    sm.unit[stage] = x;
     if (!x.live) return;
     const State* src = pool + int64_t(x.read_slot) * a.heads_v * D * D + head_offset(x);
 #pragma unroll
@@ -294,26 +299,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     for (int st = 0; st < kStages; ++st)
 #pragma unroll
       for (int p = 0; p < Tr::kRowPasses_; ++p) mbarrier_init(&sm.state_loaded[st][p], 1);
-    // (streaming: the first units' copies before the loop; the loop issues the rest one unit ahead)
+    // (streaming: the first units' copies before the loop; the loop issues the rest kStages - 1 ahead)
 #pragma unroll
     for (int st = 0; st + 1 < kStages; ++st) issue(int64_t(blockIdx.x) + st * int64_t(gridDim.x), st);
   }
   uint32_t parity = 0;  // bit st: the phase of buffer st's next completion
 
-  // One unit an iteration: with one stage the CTA's own unit (grid = units), streaming the units
-  // blockIdx.x + i * gridDim.x in turn.
-  int stage = 0;
-#pragma unroll 1
-  for (int64_t u = blockIdx.x; u < units; u += gridDim.x, stage = stage + 1 == kStages ? 0 : stage + 1) {
-    // The copy kStages - 1 units ahead, into the buffer the previous unit used (read into registers
-    // before the __syncthreads that ended its iteration); with one stage, this unit's own copy, in
-    // flight during the preparation below.
-    if (tid == 0) issue(u + (kStages - 1) * int64_t(gridDim.x), kStages == 1 ? 0 : (stage + kStages - 1) % kStages);
-    const KdaDecodeUnit x = decode_unit<Tr>(a, u);
-    if (!x.live) {  // (uniform)
-      if constexpr (kStages == 1) break;  // (the CTA's only unit: nothing of the loop stays live)
-      continue;
-    }
+  // The arithmetic of one live unit, whose rows are (or are being) copied into buffer `stage`.
+  auto decode_one_unit = [&](const KdaDecodeUnit& x, const int stage) {
     const int hv = x.hv, h = x.h, slice = x.slice, length = x.length;
     const int64_t batch_row = x.batch_row, begin = x.begin;
     const bool speculative = a.slots_per_seq > 1;
@@ -387,7 +380,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       }
       sm.write_slot[tid] = slot;
     }
-    __syncthreads();  // also orders the mbarriers' initialisation before every thread's first wait
+    __syncthreads();  // the token vectors for every thread
 
     // ---- the passes: this thread's rows of pass `pass` into registers, the tokens, the rows back ----
     const uint32_t phase = (parity >> stage) & 1u;
@@ -484,8 +477,22 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
           a.out + batch_row * a.out_s[0] + (begin + t) * a.out_s[1] + hv * a.out_s[2] + slice * Tr::kRows + piece * 8;
       *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&sm.out[t][piece * 8]);
     }
-    if constexpr (kStages == 1) break;
-    // The next unit overwrites the token vectors, out's staging and this unit's buffer.
+  };
+
+  // One unit an iteration: with one stage the CTA's own unit (grid = units), streaming the units
+  // blockIdx.x + i * gridDim.x in turn.
+  int stage = 0;
+#pragma unroll 1
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x, stage = stage + 1 == kStages ? 0 : stage + 1) {
+    // The copy kStages - 1 units ahead, into the buffer the previous unit used (read into registers
+    // before the __syncthreads that ended its iteration); with one stage, this unit's own copy, in
+    // flight during the preparation below.
+    if (tid == 0) issue(u + (kStages - 1) * int64_t(gridDim.x), kStages == 1 ? 0 : (stage + kStages - 1) % kStages);
+    __syncthreads();  // sm.unit[stage], and the mbarriers' initialisation, for every thread
+    const KdaDecodeUnit x = sm.unit[stage];
+    if (x.live) decode_one_unit(x, stage);
+    if constexpr (kStages == 1) break;  // (the CTA's only unit)
+    // The next unit overwrites the token vectors, out's staging, sm.unit and this unit's buffer.
     __syncthreads();
   }
 }

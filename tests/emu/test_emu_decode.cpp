@@ -39,7 +39,8 @@ struct EmuShape {
   int rows = 0, passes = 0, stages = 0, stream_ctas = 3;
 };
 
-Status emulated_decode(DecodeParams p, int sm_count, EmuShape force, const int32_t* kernel_indices, EmuShape* used) {
+Status emulated_decode(DecodeParams p, int sm_count, EmuShape force, const int32_t* kernel_indices, EmuShape* used,
+                       const sm90::DecodeStreamRule& rule) {
   p.backend = Backend::kCuda;
   normalise(p);
   HostIndices idx;
@@ -51,7 +52,7 @@ Status emulated_decode(DecodeParams p, int sm_count, EmuShape force, const int32
   if (kernel_indices) a.state_indices = kernel_indices;
   const int64_t D = p.head_dim_k, pairs = N * HV;
   sm90::DecodeShape shape =
-      sm90::decode_shape(p.state_dtype, pairs, D, sm_count, p.cu_seqlens == nullptr && p.seqlen == 1);
+      sm90::decode_shape(p.state_dtype, pairs, D, sm_count, p.cu_seqlens == nullptr && p.seqlen == 1, rule);
   if (force.rows > 0) shape.rows_per_thread = force.rows;
   if (force.passes > 0) shape.row_passes = force.passes;
   if (force.stages > 0) shape.stages = force.stages;
@@ -86,6 +87,7 @@ struct DecodeCase {
   int expect_rows = 0;    // the dispatcher must choose this (0: not checked)
   int expect_passes = 0;  // and this
   int expect_stages = 0;  // and this
+  sm90::DecodeStreamRule rule = sm90::kDecodeStream;  // the dispatcher's streaming rule
 };
 
 std::ostream& operator<<(std::ostream& os, const DecodeCase& c) { return os << c.name; }
@@ -154,6 +156,32 @@ std::vector<DecodeCase> decode_cases() {
     c.cfg.seqlen = w.tokens;
     c.cfg.state_dtype = w.dtype;
     c.sm_count = w.sms;
+    c.expect_rows = w.rows;
+    c.expect_passes = w.passes;
+    c.expect_stages = w.stages;
+    c.rule = {true, 0, 2};  // (bf16 pools stream with two buffers, fp32 pools do not)
+    cases.push_back(c);
+  }
+  // The streaming rule (sm90::DecodeStreamRule) as the dispatcher applies it, every setting: what
+  // streams where the 8 pairs make more than 8 units an SM (1 SM), and nothing where they do not (4).
+  struct RuleCase {
+    const char* name;
+    DType dtype;
+    sm90::DecodeStreamRule rule;
+    int sms, tokens, rows, passes, stages;
+  };
+  for (const RuleCase& w : {RuleCase{"off_bf16_t1", DType::kBF16, {false, 0, 2}, 1, 1, 4, 2, 1},
+                            RuleCase{"bf16_s3_t4", DType::kBF16, {true, 0, 3}, 1, 4, 4, 1, 3},
+                            RuleCase{"f32_r2_t1", DType::kF32, {false, 2, 2}, 1, 1, 2, 1, 2},
+                            RuleCase{"f32_r4_s3_t4", DType::kF32, {true, 4, 3}, 1, 4, 4, 1, 3},
+                            RuleCase{"f32_r2_sm4_t4", DType::kF32, {true, 2, 2}, 4, 4, 4, 1, 1}}) {
+    DecodeCase c;
+    c.name = std::string("rule_") + w.name;
+    c.cfg.batch = 4;
+    c.cfg.seqlen = w.tokens;
+    c.cfg.state_dtype = w.dtype;
+    c.sm_count = w.sms;
+    c.rule = w.rule;
     c.expect_rows = w.rows;
     c.expect_passes = w.passes;
     c.expect_stages = w.stages;
@@ -300,7 +328,8 @@ TEST_P(EmulatedDecode, MatchesTheFloat64Reference) {
   d.out = out.data();
   d.state = pool.data();
   EmuShape used;
-  s = emulated_decode(d, c.sm_count, EmuShape{c.rows, c.passes, c.stages, c.stream_ctas}, kernel_indices.data(), &used);
+  s = emulated_decode(d, c.sm_count, EmuShape{c.rows, c.passes, c.stages, c.stream_ctas}, kernel_indices.data(), &used,
+                      c.rule);
   ASSERT_TRUE(s.ok()) << s.message;
   const int rows_used = used.rows, passes_used = used.passes;
   if (c.expect_rows) EXPECT_EQ(rows_used, c.expect_rows) << "the dispatcher's rows per thread";

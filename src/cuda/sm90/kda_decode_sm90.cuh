@@ -559,36 +559,35 @@ inline int decode_row_passes(DType state, int64_t pairs, int64_t D, int rows_per
              : 1;
 }
 
-// Streaming (KdaDecodeTraits::kStages_ = 2): where the one-unit grid would run many waves of CTAs
-// (4 rows a thread at D = 128, i.e. at least 16 warps an SM in it, and more than twice the units
-// that fit the SMs at once), each CTA walks units gridDim.x apart and has the next unit's bulk copy
+// Streaming (KdaDecodeTraits::kStages_ = 2 or 3): where the one-unit grid would run many waves of
+// CTAs (4 rows a thread at D = 128, i.e. at least 16 warps an SM in it, and more than twice the units
+// that fit the SMs at once), each CTA walks units gridDim.x apart and has the next units' bulk copies
 // in flight while it works on this one, so that the SM's copies never wait for its arithmetic (with
-// one unit a CTA, a CTA's copy is issued only when the CTA starts). bf16 pools stream 64-row units
-// in one pass; fp32 pools FLASH_KDA_DECODE_STREAM_F32_ROWS rows a thread (0: fp32 does not stream).
-#ifndef FLASH_KDA_DECODE_STREAM
-#define FLASH_KDA_DECODE_STREAM 1
-#endif
-#ifndef FLASH_KDA_DECODE_STREAM_F32_ROWS
-#define FLASH_KDA_DECODE_STREAM_F32_ROWS 0
-#endif
-#ifndef FLASH_KDA_DECODE_STREAM_STAGES
-#define FLASH_KDA_DECODE_STREAM_STAGES 2
-#endif
+// one unit a CTA, a CTA's copy is issued only when the CTA starts). Which pools stream, and how, is
+// kDecodeStream's rule (docs/serving.md, "Streaming CTAs", with its measurements).
+struct DecodeStreamRule {
+  bool bf16;     // bf16 pools stream (64-row units, one pass)
+  int f32_rows;  // fp32 pools stream with this many rows a thread (2 or 4; 0: they do not)
+  int stages;    // state buffers a streaming CTA: 2 (one unit ahead) or 3 (two)
+};
+inline constexpr DecodeStreamRule kDecodeStream{true, 0, 2};
+
 struct DecodeShape {
   int rows_per_thread;
   int row_passes;
   int stages;
 };
 
-inline DecodeShape decode_shape(DType state, int64_t pairs, int64_t D, int sm_count, bool one_token) {
+inline DecodeShape decode_shape(DType state, int64_t pairs, int64_t D, int sm_count, bool one_token,
+                                const DecodeStreamRule& rule = kDecodeStream) {
   DecodeShape s{decode_rows_per_thread(pairs, D, sm_count), 1, 1};
   const int64_t units = pairs * (D / (16 * s.rows_per_thread));
-  const bool many_waves = FLASH_KDA_DECODE_STREAM && D == 128 && s.rows_per_thread == 4 && units > 8 * int64_t(sm_count);
-  if (many_waves && state == DType::kBF16) {
-    s.stages = FLASH_KDA_DECODE_STREAM_STAGES;
-  } else if (many_waves && FLASH_KDA_DECODE_STREAM_F32_ROWS > 0) {
-    s.rows_per_thread = FLASH_KDA_DECODE_STREAM_F32_ROWS;
-    s.stages = FLASH_KDA_DECODE_STREAM_STAGES;
+  const bool many_waves = D == 128 && s.rows_per_thread == 4 && units > 8 * int64_t(sm_count);
+  if (many_waves && state == DType::kBF16 && rule.bf16) {
+    s.stages = rule.stages;
+  } else if (many_waves && state == DType::kF32 && rule.f32_rows > 0) {
+    s.rows_per_thread = rule.f32_rows;
+    s.stages = rule.stages;
   } else {
     s.row_passes = decode_row_passes(state, pairs, D, s.rows_per_thread, sm_count, one_token);
   }

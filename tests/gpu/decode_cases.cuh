@@ -164,8 +164,9 @@ std::vector<DecodeCase> decode_cases() {
   add(decode_fixed("320 pairs (4 rows a thread)", 80, 1));
   c = decode_fixed("320 pairs bf16 spec", 80, 2); c.S = 2; c.accepted = true; c.state = DType::kBF16; add(c);
   // bf16 pools with at least 4 pairs an SM and one token a step: the whole head a CTA in two passes
-  // (kda_decode_sm90.cuh); past 8 units of 64 rows an SM (1056 on 132 SMs), streaming CTAs that walk
-  // 2-3 units each (528 CTAs for 1280 units), padding sequences and speculative slots among them
+  // (kda_decode_sm90.cuh); past 8 units of 64 rows an SM (1056 on 132 SMs), where the streaming rule
+  // (sm90::kDecodeStream) has bf16 pools stream, streaming CTAs that walk 2-3 units each (528 CTAs for
+  // 1280 units), padding sequences and speculative slots among them
   c = decode_fixed("528 pairs bf16 padding (two passes)", 132, 1); c.state = DType::kBF16; c.padding = true; add(c);
   c = decode_fixed("640 pairs bf16 padding (streaming)", 160, 1); c.state = DType::kBF16; c.padding = true; add(c);
   c = decode_fixed("640 pairs bf16 T=4 (streaming)", 160, 4); c.state = DType::kBF16; add(c);

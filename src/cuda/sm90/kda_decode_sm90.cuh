@@ -564,13 +564,16 @@ inline int decode_row_passes(DType state, int64_t pairs, int64_t D, int rows_per
 // that fit the SMs at once), each CTA walks units gridDim.x apart and has the next units' bulk copies
 // in flight while it works on this one, so that the SM's copies never wait for its arithmetic (with
 // one unit a CTA, a CTA's copy is issued only when the CTA starts). Which pools stream, and how, is
-// kDecodeStream's rule (docs/serving.md, "Streaming CTAs", with its measurements).
+// kDecodeStream's rule (docs/serving.md, "Streaming CTAs"). Off until it is timed on a GPU: the
+// streaming kernels are checked by the emulated tests (tests/emu/test_emu_decode.cpp forces every
+// shape and rule) but have not run on a device yet (docs/perf_log.md, session 27); the candidate
+// to time first is {true, 0, 2}, then {true, 2, 3} (bench/results/s27/README.md).
 struct DecodeStreamRule {
   bool bf16;     // bf16 pools stream (64-row units, one pass)
   int f32_rows;  // fp32 pools stream with this many rows a thread (2 or 4; 0: they do not)
   int stages;    // state buffers a streaming CTA: 2 (one unit ahead) or 3 (two)
 };
-inline constexpr DecodeStreamRule kDecodeStream{true, 0, 2};
+inline constexpr DecodeStreamRule kDecodeStream{false, 0, 2};
 
 struct DecodeShape {
   int rows_per_thread;

@@ -1,8 +1,8 @@
 #!/bin/bash
-# Session 27, call 2 (the little device time left after refused starts): run1.sh's decode A/B on the
+# Session 27, call 2 (a short GPU call): run1.sh's decode A/B on the
 # decode table's large-batch rows only (h, s1, x3, f2; two alternating rounds), s1's decode GPU tests
 # and memcheck of its decode sanitizer cases, then b16x2048_32 under the automatic, fused and
-# prepared plans (h).    OUT=<dir> bash bench/results/s27/run2.sh   (carry build-s27/s27a.tar.xz)
+# prepared plans (h).    OUT=<dir> bash bench/results/s27/run2.sh   (with build-s27/s27a.tar.xz)
 set -u
 D=$OUT
 S=$SECONDS

@@ -140,18 +140,32 @@ std::vector<DecodeCase> decode_cases() {
   // up to 8, else 1; bf16 pools with 4 rows and one token a step: two passes where the 8 pairs are at
   // least 4 an SM; bf16 pools stream where 4 rows a thread make more than 8 units an SM: 16 units on
   // 1 SM).
+  // Then the streaming rule (sm90::DecodeStreamRule) as the dispatcher applies it, every setting:
+  // what streams where the 8 pairs make more than 8 units an SM (1 SM), and nothing where they do
+  // not (4 SMs).
   struct Dispatch {
+    std::string name;
     DType dtype;
     int sms, rows, passes, tokens, stages;
+    sm90::DecodeStreamRule rule{true, 0, 2};  // (bf16 pools stream with two buffers, fp32 pools do not)
+  };
+  auto dispatch = [](DType dt, int sms, int rows, int passes, int tokens, int stages) {
+    return Dispatch{std::string("dispatch_") + (dt == DType::kF32 ? "fp32" : "bf16") + "_sm" + std::to_string(sms) +
+                        "_t" + std::to_string(tokens),
+                    dt, sms, rows, passes, tokens, stages};
   };
   for (const Dispatch& w :
-       {Dispatch{DType::kF32, 4, 4, 1, 3, 1}, Dispatch{DType::kF32, 6, 2, 1, 3, 1}, Dispatch{DType::kF32, 132, 1, 1, 3, 1},
-        Dispatch{DType::kF32, 2, 4, 1, 1, 1}, Dispatch{DType::kBF16, 2, 4, 2, 1, 1}, Dispatch{DType::kBF16, 2, 4, 1, 3, 1},
-        Dispatch{DType::kBF16, 3, 4, 1, 1, 1}, Dispatch{DType::kBF16, 6, 2, 1, 1, 1}, Dispatch{DType::kBF16, 1, 4, 1, 1, 2},
-        Dispatch{DType::kBF16, 1, 4, 1, 4, 2}, Dispatch{DType::kF32, 1, 4, 1, 4, 1}}) {
+       {dispatch(DType::kF32, 4, 4, 1, 3, 1), dispatch(DType::kF32, 6, 2, 1, 3, 1), dispatch(DType::kF32, 132, 1, 1, 3, 1),
+        dispatch(DType::kF32, 2, 4, 1, 1, 1), dispatch(DType::kBF16, 2, 4, 2, 1, 1), dispatch(DType::kBF16, 2, 4, 1, 3, 1),
+        dispatch(DType::kBF16, 3, 4, 1, 1, 1), dispatch(DType::kBF16, 6, 2, 1, 1, 1), dispatch(DType::kBF16, 1, 4, 1, 1, 2),
+        dispatch(DType::kBF16, 1, 4, 1, 4, 2), dispatch(DType::kF32, 1, 4, 1, 4, 1),
+        Dispatch{"rule_off_bf16_t1", DType::kBF16, 1, 4, 2, 1, 1, {false, 0, 2}},
+        Dispatch{"rule_bf16_s3_t4", DType::kBF16, 1, 4, 1, 4, 3, {true, 0, 3}},
+        Dispatch{"rule_f32_r2_t1", DType::kF32, 1, 2, 1, 1, 2, {false, 2, 2}},
+        Dispatch{"rule_f32_r4_s3_t4", DType::kF32, 1, 4, 1, 4, 3, {true, 4, 3}},
+        Dispatch{"rule_f32_r2_sm4_t4", DType::kF32, 4, 4, 1, 4, 1, {true, 2, 2}}}) {
     DecodeCase c;
-    c.name = std::string("dispatch_") + (w.dtype == DType::kF32 ? "fp32" : "bf16") + "_sm" + std::to_string(w.sms) +
-             "_t" + std::to_string(w.tokens);
+    c.name = w.name;
     c.cfg.batch = 4;
     c.cfg.seqlen = w.tokens;
     c.cfg.state_dtype = w.dtype;
@@ -159,32 +173,7 @@ std::vector<DecodeCase> decode_cases() {
     c.expect_rows = w.rows;
     c.expect_passes = w.passes;
     c.expect_stages = w.stages;
-    c.rule = {true, 0, 2};  // (bf16 pools stream with two buffers, fp32 pools do not)
-    cases.push_back(c);
-  }
-  // The streaming rule (sm90::DecodeStreamRule) as the dispatcher applies it, every setting: what
-  // streams where the 8 pairs make more than 8 units an SM (1 SM), and nothing where they do not (4).
-  struct RuleCase {
-    const char* name;
-    DType dtype;
-    sm90::DecodeStreamRule rule;
-    int sms, tokens, rows, passes, stages;
-  };
-  for (const RuleCase& w : {RuleCase{"off_bf16_t1", DType::kBF16, {false, 0, 2}, 1, 1, 4, 2, 1},
-                            RuleCase{"bf16_s3_t4", DType::kBF16, {true, 0, 3}, 1, 4, 4, 1, 3},
-                            RuleCase{"f32_r2_t1", DType::kF32, {false, 2, 2}, 1, 1, 2, 1, 2},
-                            RuleCase{"f32_r4_s3_t4", DType::kF32, {true, 4, 3}, 1, 4, 4, 1, 3},
-                            RuleCase{"f32_r2_sm4_t4", DType::kF32, {true, 2, 2}, 4, 4, 4, 1, 1}}) {
-    DecodeCase c;
-    c.name = std::string("rule_") + w.name;
-    c.cfg.batch = 4;
-    c.cfg.seqlen = w.tokens;
-    c.cfg.state_dtype = w.dtype;
-    c.sm_count = w.sms;
     c.rule = w.rule;
-    c.expect_rows = w.rows;
-    c.expect_passes = w.passes;
-    c.expect_stages = w.stages;
     cases.push_back(c);
   }
   // Speculative: num_accepted_tokens picks the read column; sequence 0 skips its last write, 1 is

@@ -8,7 +8,9 @@
 #      with three buffers, fp32 at 2 rows a thread), two
 #      alternating rounds; s1's decode GPU tests and its decode sanitizer cases;
 #   4. the checkpoint cost: --ckpt 1024 against none, alternating, two rounds (issue 14).
-#   OUT=<dir> bash bench/results/s27/run1.sh
+#   OUT=<dir> [LIMIT=<s>] [SHORT=1] bash bench/results/s27/run1.sh
+# SHORT=1: the shortest call that still decides the decode rule (~3 minutes): the decode table's
+# large-batch rows only, memcheck only, then b16x2048_32's plans, nothing else.
 # (builds: build-s27/s27a.tar.xz, stripped binaries in h/, s1/, f2/, x3/; README.md says how they are made)
 set -u
 D=$OUT
@@ -22,30 +24,24 @@ B=$H/kda_bench
 echo "== 3. decode $(t)"
 mkdir -p $D/dec
 DB="h s1 f2 x3"
+CASES=""
+[ -n "${SHORT:-}" ] && CASES="decode256_32 b256_t4_fp32 b256_t1_bf16 b256_t4_bf16 b64_t1_fp32 b64_t4_fp32 b64_t1_bf16 b64_t4_bf16"
 for r in 1 2; do for b in $DB; do
-  build-s27/$b/kda_bench decode --reps 30 --json $D/dec/${b}_$r.json > $D/dec/${b}_$r.txt 2>&1
+  build-s27/$b/kda_bench decode --reps 30 --json $D/dec/${b}_$r.json $CASES > $D/dec/${b}_$r.txt 2>&1
 done; done
-python3 - $D/dec $DB <<'PY'
-import json, statistics, sys
-d, builds = sys.argv[1], sys.argv[2:]
-L = {b: [{x['case']: x for x in json.load(open(f'{d}/{b}_{r}.json'))} for r in (1, 2)] for b in builds}
-h = L[builds[0]]
-print(f"{'case':<22} {'h ms':>8} {'h flr':>6}" + "".join(f" {b+'/h':>7} {'flr':>5}" for b in builds[1:]))
-for c in h[0]:
-    fl = statistics.median([x[c]['copy_ms_median'] for b in builds for x in L[b] if c in x])
-    th = statistics.median(x[c]['ours_ms_median'] for x in h)
-    line = f"{c:<22} {th:8.4f} {th/fl:6.3f}"
-    for b in builds[1:]:
-        tb = statistics.median(x[c]['ours_ms_median'] for x in L[b] if c in x)
-        line += f" {tb/th:7.3f} {tb/fl:5.3f}"
-    print(line)
-PY
+python3 bench/results/s27/dec_table.py $D/dec $DB
 timeout 100 build-s27/s1/test_cuda_decode > $D/dec/test_cuda_decode.log 2>&1
 echo "s1 test_cuda_decode rc=$? $(grep -cE '^\[       OK \]' $D/dec/test_cuda_decode.log) ok $(grep -cE '^\[  FAILED  \]' $D/dec/test_cuda_decode.log) failed-lines $(t)"
-for tool in memcheck racecheck; do
+TOOLS="memcheck racecheck"
+[ -n "${SHORT:-}" ] && TOOLS=memcheck
+for tool in $TOOLS; do
   timeout 90 compute-sanitizer --tool $tool build-s27/s1/test_cuda_sanitize --gtest_filter='*Decode*' > $D/dec/san_$tool.log 2>&1
   echo "s1 decode $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $D/dec/san_$tool.log | tail -1) $(t)"
 done
+if [ -n "${SHORT:-}" ]; then
+  $B prefill --reps 10 --graph --plans auto,fused,prepared --json $D/plans.json b16x2048_32 | tail -4
+  echo "== done $(t)"; exit 0
+fi
 echo "== 1. plans $(t)"
 for r in 1 2; do
   $B prefill --reps 10 --graph --plans auto,fused,prepared --json $D/plans_$r.json \

@@ -32,7 +32,7 @@ namespace sm90 = cuda::sm90;
 // The CUDA decode on the emulation: normalised and checked as decode() does (src/api/decode.cpp),
 // the kernel arguments and shape as src/cuda/decode_dispatch.cu makes them. `rows`, `passes` and
 // `stages` force the rows per thread, the passes over a CTA's rows and the state buffers (0: the
-// dispatcher's choice for `sm_count` SMs); a streaming kernel (two stages) runs on `stream_ctas` CTAs
+// dispatcher's choice for `sm_count` SMs); a streaming kernel (two or three stages) runs on `stream_ctas` CTAs
 // (each walks units that many apart); `kernel_indices`, when set, is what the kernel reads instead of
 // the checked state_indices (same layout).
 struct EmuShape {
@@ -187,7 +187,7 @@ std::vector<DecodeCase> decode_cases() {
         DecodeCase c;
         c.name = std::string("spec_") + (dtype == DType::kF32 ? "fp32" : "bf16") + "_t" + std::to_string(sp.T) + "_s" +
                  std::to_string(sp.S) + "_stride" + std::to_string(sp.stride) +
-                 (rows ? "_r" + std::to_string(rows) : std::string("_sm1"));  // (sm1, bf16: streaming)
+                 (rows ? "_r" + std::to_string(rows) : std::string("_sm1"));  // (sm1: the dispatcher's shape)
         c.cfg.batch = 5;
         c.cfg.seqlen = sp.T;
         c.cfg.state_dtype = dtype;

@@ -168,13 +168,13 @@ std::vector<DecodeCase> decode_cases() {
   // (sm90::kDecodeStream) has bf16 pools stream, streaming CTAs that walk 2-3 units each (528 CTAs for
   // 1280 units), padding sequences and speculative slots among them
   c = decode_fixed("528 pairs bf16 padding (two passes)", 132, 1); c.state = DType::kBF16; c.padding = true; add(c);
-  c = decode_fixed("640 pairs bf16 padding (streaming)", 160, 1); c.state = DType::kBF16; c.padding = true; add(c);
-  c = decode_fixed("640 pairs bf16 T=4 (streaming)", 160, 4); c.state = DType::kBF16; add(c);
-  c = decode_fixed("640 pairs bf16 spec (streaming)", 160, 2); c.S = 2; c.accepted = true; c.state = DType::kBF16; add(c);
+  c = decode_fixed("640 pairs bf16 padding (streaming when on)", 160, 1); c.state = DType::kBF16; c.padding = true; add(c);
+  c = decode_fixed("640 pairs bf16 T=4 (streaming when on)", 160, 4); c.state = DType::kBF16; add(c);
+  c = decode_fixed("640 pairs bf16 spec (streaming when on)", 160, 2); c.S = 2; c.accepted = true; c.state = DType::kBF16; add(c);
   {
     std::vector<int64_t> lens;
     for (int i = 0; i < 200; ++i) lens.insert(lens.end(), {1, 0, 8, 3});
-    c = decode_varlen("bf16 varlen 200 x 1/0/8/3 (streaming)", lens); c.state = DType::kBF16; add(c);
+    c = decode_varlen("bf16 varlen 200 x 1/0/8/3 (streaming when on)", lens); c.state = DType::kBF16; add(c);
   }
   // The gate forms (docs/spec.md, "Gate forms"): the sigmoid gate at rate 1 (A_log absent), the
   // softplus gate (no floor) and beta = 2 sigmoid(logit), on every decode path; then extreme softplus
@@ -213,7 +213,7 @@ std::vector<DecodeCase> decode_cases() {
   const size_t d128_cases = cs.size();
   for (size_t i = 0; i < d128_cases; ++i) {
     c = cs[i];
-    if (c.name.find("pairs bf16") != std::string::npos || c.name.find("(streaming)") != std::string::npos)
+    if (c.name.find("pairs bf16") != std::string::npos || c.name.find("(streaming when on)") != std::string::npos)
       continue;  // (D = 128 only)
     c.dim = 64;
     for (const Shape& sh : shapes) {

@@ -82,7 +82,7 @@ TEST(CudaSanitize, Forward) {
 // likewise (1 and 4 rows a thread).
 TEST(CudaSanitize, Decode) {
   for (const char* name : {"spec S=3 padding", "320 pairs bf16 spec", "528 pairs bf16 padding (two passes)",
-                           "640 pairs bf16 padding (streaming)", "640 pairs bf16 spec (streaming)",
+                           "640 pairs bf16 padding (streaming when on)", "640 pairs bf16 spec (streaming when on)",
                            "softplus spec S=3 padding bf16",
                            "softplus e^-1e4 varlen 1/0/8/3 bf16", "A_log=None spec S=4 T=2 stride 6 bf16",
                            "D=64 spec S=3 padding", "D=64 1080 pairs bf16 spec", "D=64 softplus spec S=3 padding bf16",

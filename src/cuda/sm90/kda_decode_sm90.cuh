@@ -76,9 +76,9 @@ struct KdaDecodeArgs {
 
 // Compile-time shape of the kernel: StateT is float or __nv_bfloat16, kHeadDim (K = V) 128 or 64,
 // kRowsPerThread 1, 2 or 4, kRowPasses 1 or 2 (2: D = 128 with 4 rows a thread only, the whole head a
-// CTA), kStages 1 or 2: the state buffers of a CTA (1: a CTA a unit, grid = units; 2: a persistent
-// CTA walks units gridDim.x apart and the bulk copy of its next unit is in flight while it works on
-// this one, see "Streaming" in docs/serving.md).
+// CTA), kStages 1, 2 or 3: the state buffers of a CTA (1: a CTA a unit, grid = units; 2 or 3: a
+// persistent CTA walks units gridDim.x apart and the bulk copies of its next one or two units are in
+// flight while it works on this one, see "Streaming CTAs" in docs/serving.md).
 template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses = 1, int kStages = 1>
 struct KdaDecodeTraits {
   using State = StateT;
@@ -194,7 +194,7 @@ __device__ __forceinline__ void load_bf16x4(const uint16_t* p, float* x) {
 // padding, never used to address outside the tensors; `live` is false where nothing is read or
 // written (no token, a padding sequence, an invalid num_accepted or a read slot outside the pool).
 struct KdaDecodeUnit {
-  int slice, hv, n, h;
+  int slice, hv, h;
   int64_t batch_row, begin;
   int length;
   const int32_t* indices;
@@ -208,19 +208,19 @@ __device__ __forceinline__ KdaDecodeUnit decode_unit(const KdaDecodeArgs& a, int
   x.slice = int(u % Tr::kSlices);
   const int pair = int(u / Tr::kSlices);
   x.hv = pair % a.heads_v;
-  x.n = pair / a.heads_v;
+  const int n = pair / a.heads_v;
   x.h = x.hv / a.group;
-  x.batch_row = x.n;
+  x.batch_row = n;
   x.begin = 0;
   x.length = int(a.seqlen);
   if (a.cu_seqlens) {
     int64_t b, e;
     if (a.cu_seqlens_i64) {
-      b = static_cast<const int64_t*>(a.cu_seqlens)[x.n];
-      e = static_cast<const int64_t*>(a.cu_seqlens)[x.n + 1];
+      b = static_cast<const int64_t*>(a.cu_seqlens)[n];
+      e = static_cast<const int64_t*>(a.cu_seqlens)[n + 1];
     } else {
-      b = static_cast<const int32_t*>(a.cu_seqlens)[x.n];
-      e = static_cast<const int32_t*>(a.cu_seqlens)[x.n + 1];
+      b = static_cast<const int32_t*>(a.cu_seqlens)[n];
+      e = static_cast<const int32_t*>(a.cu_seqlens)[n + 1];
     }
     b = min(max(b, int64_t(0)), a.seqlen);
     e = min(max(e, b), a.seqlen);
@@ -228,12 +228,12 @@ __device__ __forceinline__ KdaDecodeUnit decode_unit(const KdaDecodeArgs& a, int
     x.begin = b;
     x.length = int(min(e - b, int64_t(Tr::kMaxTokens)));
   }
-  x.indices = a.state_indices + int64_t(x.n) * a.indices_stride;
+  x.indices = a.state_indices + int64_t(n) * a.indices_stride;
   x.live = false;
   if (x.length == 0) return x;  // no token: the state stays as it is
   int read_column = 0;
   if (a.num_accepted) {
-    const int accepted = a.num_accepted[x.n];
+    const int accepted = a.num_accepted[n];
     if (accepted < 1 || accepted > a.slots_per_seq) return x;  // padding (or invalid): nothing written
     read_column = accepted - 1;
   }

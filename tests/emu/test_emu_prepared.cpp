@@ -28,14 +28,15 @@ using namespace test;
 using cuda::fwd_plan::HostPlan;
 namespace sm90 = cuda::sm90;
 
-// The fused kernel on the emulation (fwd_dispatch.cu's run_fused: the slices that fill `sm_count`).
-template <int kD>
+// The fused kernel on the emulation (fwd_dispatch.cu's run_fused: the slices that fill `sm_count`), on
+// compact stages (KdaFwdTraits::kCompact) or fp32 ones; the library's choice by default.
+template <int kD, bool kCompact = sm90::kFusedCompactStages>
 Status emulated_fused(sm90::KdaFwdArgs& a, int64_t pairs, int sm_count) {
   const int slices = cuda::fwd_plan::slices_for(pairs, sm_count, kD / 16);
   a.slices = slices;
   const int64_t units = pairs * slices;
   cuda::fwd_plan::by_slices<kD>(slices, [&](auto nc) {
-    using Tr = sm90::KdaFwdTraits<kD, decltype(nc)::value>;
+    using Tr = sm90::KdaFwdTraits<kD, decltype(nc)::value, kCompact>;
     emu::launch(unsigned(units), Tr::kThreads, Tr::kSmemBytes, [&] {
       if (a.softplus_gate) {
         sm90::kda_fwd_kernel<Tr, true>(a);
@@ -105,9 +106,9 @@ struct EmuLaunch {
 // The CUDA forward on the emulation: validated and normalised as fwd() does, planned for
 // `sm_count` SMs (small counts split short sequences into many segments and fill the GPU with few
 // pairs). chain_rows > 0 forces the chain's variant (rows a CTA, buffers), which the plan picks from
-// the CTA count.
+// the CTA count. compact: the fused kernel's stages (-1: the library's choice, 0: fp32, 1: compact).
 Status emulated_fwd(FwdParams p, int sm_count, std::vector<unsigned char>& workspace, int chain_rows = 0,
-                    int chain_bufs = 0, bool no_maps = false) {
+                    int chain_bufs = 0, bool no_maps = false, int compact = -1) {
   p.backend = Backend::kCuda;
   normalise(p);
   HostPlan h = cuda::fwd_plan::make_plan(p, sm_count);
@@ -127,8 +128,15 @@ Status emulated_fwd(FwdParams p, int sm_count, std::vector<unsigned char>& works
   launch.no_maps = no_maps;
   const int64_t pairs = num_sequences(p) * a.heads_v;
   try {
-    if (h.kind == FwdPlan::kFused)
+    if (h.kind == FwdPlan::kFused) {
+      if (compact == 1)
+        return p.head_dim_k == 64 ? emulated_fused<64, true>(a, pairs, sm_count)
+                                  : emulated_fused<128, true>(a, pairs, sm_count);
+      if (compact == 0)
+        return p.head_dim_k == 64 ? emulated_fused<64, false>(a, pairs, sm_count)
+                                  : emulated_fused<128, false>(a, pairs, sm_count);
       return p.head_dim_k == 64 ? emulated_fused<64>(a, pairs, sm_count) : emulated_fused<128>(a, pairs, sm_count);
+    }
     if (p.head_dim_k == 64) return cuda::fwd_plan::run_prepared<64>(h, a, p, sm_count, launch);
     return cuda::fwd_plan::run_prepared<128>(h, a, p, sm_count, launch);
   } catch (const std::exception& e) {
@@ -146,6 +154,7 @@ struct EmuCase {
   bool collinear = false;  // keys = one shared direction + 0.3 noise: A and T far from diagonal
   bool reflect = false;    // keys = one direction + 1 % noise, beta ~ 2: a chain of reflections
   int chain_rows = 0, chain_bufs = 0;  // > 0: the chain's variant, forced
+  int compact = -1;  // the fused kernel's stages: -1 the library's choice, 0 fp32 tiles, 1 compact
 };
 
 // Makes every key of `pb` its head's shared direction plus 0.3 times its own (random) key, so that
@@ -265,18 +274,36 @@ std::vector<EmuCase> emu_cases() {
   cases.push_back({"prepared16_packed_3sm", fixed, FwdPlan::kPrepared, 0, 16, 3});
   // The fused kernel, and the plan the device decides (a packed batch that fills 8 SMs: the plan
   // kernel picks the fused kernel or the split plan from the lengths, both are launched).
+  // Both stage forms (fp32 tiles; compact: fp16 tiles and products, v as stored). 132 SMs: 8 CTAs
+  // of one consumer warp share a (sequence, head); 4 SMs: one CTA of 8 (D = 64: 4).
   Config fused = varlen;
-  cases.push_back({"fused_varlen", fused, FwdPlan::kFused, 0, 0, 132});
-  cases.push_back({"fused_softplus_gva", softplus, FwdPlan::kFused, 0, 0, 132});
-  cases.push_back({"fused_d64", d64, FwdPlan::kFused, 0, 0, 132});
   Config reflect;  // (the fused kernel's stage holds -T in two terms too)
   reflect.seq_lens = {700, 90};
   reflect.heads = 2;
   reflect.g_offset = -7.0f;
   reflect.allow_neg_eigval = true;
-  EmuCase fused_reflect{"fused_reflections", reflect, FwdPlan::kFused, 0, 0, 132};
-  fused_reflect.reflect = true;
-  cases.push_back(fused_reflect);
+  Config fused_weak = fixed;  // weak decay, nearly collinear keys: the state and U grow, long memory
+  fused_weak.g_offset = -4.0f;
+  Config fused_big = fused_weak;  // |v| x 3e4: states past fp16's range (the compact form's tf32 fallback)
+  fused_big.v_factor = 3e4f;
+  for (int compact : {0, 1}) {
+    const std::string f = compact ? "fused_compact_" : "fused_fp32_";
+    auto add = [&](const std::string& name, const Config& cfg, int sms, bool collinear = false, bool refl = false) {
+      EmuCase c{f + name, cfg, FwdPlan::kFused, 0, 0, sms, collinear, refl};
+      c.compact = compact;
+      cases.push_back(c);
+    };
+    add("varlen", fused, 132);
+    add("varlen_4sm", fused, 4);
+    add("softplus_gva", softplus, 132);
+    add("softplus_gva_4sm", softplus, 4);
+    add("d64", d64, 132);
+    add("d64_4sm", d64, 4);
+    add("bf16_zero_start", bf16, 4);
+    add("collinear_keys_4sm", fused_weak, 4, true);
+    add("large_v_4sm", fused_big, 4);
+    add("reflections", reflect, 132, false, true);
+  }
   // (8 sequences x 1 head fill 8 SMs; more than 32 chunks in all; one sequence longer than 4x the
   // balanced load per SM makes the split plan run)
   Config decides = varlen;
@@ -611,7 +638,7 @@ TEST_P(EmulatedPrepared, MatchesTheFloat64Reference) {
   p.segment_chunks = c.segment_chunks;
   p.walk_tokens = c.walk_tokens;
   std::vector<unsigned char> workspace;
-  const Status s = emulated_fwd(p, c.sm_count, workspace, c.chain_rows, c.chain_bufs);
+  const Status s = emulated_fwd(p, c.sm_count, workspace, c.chain_rows, c.chain_bufs, false, c.compact);
   ASSERT_TRUE(s.ok()) << s.message;
   const std::vector<double> out = r.out_double(), out_ref = ref.out_double();
   ASSERT_TRUE(all_finite(out)) << "out not written everywhere (or not finite)";

@@ -176,6 +176,20 @@ struct PackedStageView {
   }
 };
 
+// The fused kernel on compact stages (KdaFwdTraits::kCompact): its producers write the chunk in the
+// recurrence kernel's form (KdaCompactStage), so the consumers read it as PackedStageView does (fp16
+// products, the tf32 fallback), handed over as Fp32StageView's are (named barriers).
+template <class Tr>
+struct CompactStageView : PackedStageView<Tr, false> {
+  using Stage = typename Tr::Stage;
+  __device__ static const Stage& acquire(typename Tr::Smem& sm, RingPos<Tr::kStages> r) {
+    return Fp32StageView<Tr>::acquire(sm, r);
+  }
+  __device__ static void release(typename Tr::Smem& sm, RingPos<Tr::kStages> r, int i, int nchunks, int lane) {
+    Fp32StageView<Tr>::release(sm, r, i, nchunks, lane);
+  }
+};
+
 // Step 2's product U^T = xk (-T)^T over NT n8 token tiles (tf32 MMAs; tile (n, kk) of -T is zero
 // for kk > n and skipped); b_of(n, kk) loads this lane's B fragment of tile (n, kk).
 //

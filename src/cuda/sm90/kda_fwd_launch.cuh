@@ -21,7 +21,7 @@ cudaError_t launch_gate(const KdaFwdArgs& args, int64_t num_units, cudaStream_t 
 
 template <int kD, int kConsumerWarps>
 cudaError_t launch_kda_fwd(const KdaFwdArgs& args, int64_t num_units, cudaStream_t stream) {
-  using Tr = KdaFwdTraits<kD, kConsumerWarps>;
+  using Tr = KdaFwdTraits<kD, kConsumerWarps, kFusedCompactStages>;
   return args.softplus_gate ? fwd_launch::launch_gate<Tr, true>(args, num_units, stream)
                             : fwd_launch::launch_gate<Tr, false>(args, num_units, stream);
 }

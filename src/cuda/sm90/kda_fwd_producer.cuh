@@ -26,8 +26,9 @@
 // 2, warp 1 computes both halves of M.
 //
 // Where the prepared chunk goes is a policy (a "sink"): the fused kernel writes it into a ring
-// stage its consumers read (StageSink); the preparation pass writes it to the workspace in the
-// compact form of KdaPrepared (WorkspaceSink, kda_prep.cuh).
+// stage its consumers read (StageSink: fp32 tiles; CompactStageSink, kda_fwd_kernel.cuh: the
+// compact form); the preparation pass writes it to the workspace in the compact form of
+// KdaPrepared (WorkspaceSink, kda_prep.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -343,11 +344,12 @@ struct KdaProducer {
     ptx::cp_async_wait<0>();
   }
 
-  // The fused kernel's producer group: chunks gidx, gidx + kGroups, ... into the ring.
-  template <class Stage>
-  __device__ void run(Stage* stages) {
+  // The fused kernel's producer group: chunks gidx, gidx + kGroups, ... into the ring, through the
+  // sink `sink_of(i)` of chunk i's stage (StageSink, or CompactStageSink on compact stages).
+  template <class SinkOf>
+  __device__ void run(SinkOf sink_of) {
     run_chunks(
-        gidx, kGroups, nchunks, [&](int i) { return StageSink<Stage>{stages[i % Tr::kStages], neg_t_rounding(a)}; },
+        gidx, kGroups, nchunks, sink_of,
         [&](int i) {  // stage i % kStages released by the consumers of chunk i - kStages
           if (i >= Tr::kStages) ptx::bar_sync(Tr::empty_bar(i), Tr::kHandoffThreads);
         },

@@ -206,12 +206,38 @@ struct KdaGroup {
   float beta[kChunk];            // beta_scale * sigmoid(beta_t), 0 past the end of the sequence
 };
 
+// k_tilde and q_tilde (fp32, tf32-rounded, token-interleaved) in the layout the producer's A and M
+// products read, where the chunk's sink stores them in the compact form (KdaPrepared) elsewhere:
+// the preparation pass's CTA, and each producer group of the fused kernel on compact stages.
+template <int kD>
+struct KdaTiles {
+  static constexpr int kPitchKI = KdaDims<kD>::kPitchKI;
+  float k_tilde[kChunkTokens / 2][kPitchKI];
+  float q_tilde[kChunkTokens / 2][kPitchKI];
+};
+
+// A ring stage of the fused kernel on compact stages: the prepared chunk in the form the
+// recurrence kernel copies from the workspace (KdaPrepared; fp16 tiles, triangles), and this CTA's
+// kVRows columns of v as stored (bf16, [token][row], rows padded by 16 bytes for the transposing
+// ldmatrix), so that its consumers are the recurrence kernel's (PackedStageView's accessors).
+template <int kD, int kVRows>
+struct KdaCompactStage {
+  alignas(16) unsigned char prepared[KdaPrepared<kD>::kBytes];
+  uint16_t v[kChunkTokens][kVRows + 8];
+};
+
 // The fused kernel: every CTA prepares its chunks itself (two producer groups) and runs the
 // recurrence on its rows.
-template <int kD, int kConsumerWarps_>
+//
+// kCompact: the producers write each chunk in the compact form of the prepared plans
+// (KdaCompactStage: fp16 tiles, 18.3 KB a stage at kD = 128 and 128 rows against 41 KB of fp32
+// tiles) and the consumers run the recurrence kernel's fp16 products on it (CompactStageView,
+// kda_fwd_consumer.cuh); false: fp32 tiles and tf32 products (KdaStage, Fp32StageView).
+template <int kD, int kConsumerWarps_, bool kCompact_ = false>
 struct KdaFwdTraits : KdaDims<kD> {
   using Dims = KdaDims<kD>;
   using Dims::kChunk, Dims::kDim, Dims::kGroupThreads;
+  static constexpr bool kCompact = kCompact_;
   static constexpr int kConsumerWarps = kConsumerWarps_;
   static constexpr int kVRows = 16 * kConsumerWarps;  // state rows per CTA
   static_assert(kVRows <= kDim && kDim % kVRows == 0, "a CTA owns a slice of the kD state rows");
@@ -243,16 +269,20 @@ struct KdaFwdTraits : KdaDims<kD> {
   static_assert(kBarGroup0 + kProducerGroups <= 16, "16 named barriers a CTA");
   __device__ static constexpr int empty_bar(int i) { return kBarEmpty0 + i % kEmptyBars; }
 
-  using Stage = KdaStage<kD, kVRows>;
+  using Stage = std::conditional_t<kCompact, KdaCompactStage<kD, kVRows>, KdaStage<kD, kVRows>>;
   using Raw = KdaRaw<kD, kVRows>;
   using Group = KdaGroup<kD, kVRows, kRawStages>;
+  struct NoTiles {};
+  using Tiles = std::conditional_t<kCompact, KdaTiles<kD>, NoTiles>;
   struct Smem {
     Stage stage[kStages];
     Group group[kProducerGroups];
-    uint16_t out_stage[kConsumerWarps][kChunk][16];
+    Tiles tiles[kProducerGroups];  // (compact stages: each group's k_tilde and q_tilde for A and M)
+    alignas(16) uint16_t out_stage[kConsumerWarps][kChunk][16];  // (16-byte rows: vector accesses)
     int scheduled_seq;  // the scheduler's pick, shared by the CTA
   };
   static constexpr int kSmemBytes = sizeof(Smem);
+  static_assert(kSmemBytes <= 227 * 1024, "one CTA an SM");
 };
 
 // The preparation pass: one producer group a CTA, several CTAs an SM, each preparing a few
@@ -277,10 +307,7 @@ struct KdaPrepTraits : KdaDims<kD> {
   static constexpr int kBarGroup0 = 1;
   using Raw = KdaRaw<kD, 0>;
   using Group = KdaGroup<kD, 0, kRawStages>;
-  struct Tiles {  // k_tilde and q_tilde in the layout the A and M products read
-    float k_tilde[kChunk / 2][kPitchKI];
-    float q_tilde[kChunk / 2][kPitchKI];
-  };
+  using Tiles = KdaTiles<kD>;  // k_tilde and q_tilde in the layout the A and M products read
   // 32-token steps (kD = 128 only): chunk a's k_dec tile (relative to a's end) kept for the pair's
   // cross blocks; the row pitch of 136 halves puts a B fragment load's 32 words in distinct banks.
   // After chunk b's products it holds A[b][a] (fp32).

@@ -25,8 +25,8 @@ Status decode(const DecodeParams& p, cudaStream_t stream) {
   // validate() admits K = V = 128 and 64 for the CUDA decode.
   const cudaError_t e = sm90::with_decode_traits(p.state_dtype, D, shape, [&](auto tr) {
     using Tr = decltype(tr);
-    return sm90::launch_kda_decode<typename Tr::State, Tr::kDim, Tr::kRowsPerThread_, Tr::kRowPasses_, Tr::kStages_>(
-        a, pairs * Tr::kSlices, sm_count, stream);
+    return sm90::launch_kda_decode<typename Tr::State, Tr::kDim, Tr::kRowsPerThread_, Tr::kRowPasses_>(
+        a, pairs * Tr::kSlices, stream);
   });
   if (e != cudaSuccess) return cuda_error("kernel launch", e);
   return Status::Ok();

@@ -30,17 +30,15 @@ using namespace test;
 namespace sm90 = cuda::sm90;
 
 // The CUDA decode on the emulation: normalised and checked as decode() does (src/api/decode.cpp),
-// the kernel arguments and shape as src/cuda/decode_dispatch.cu makes them. `rows`, `passes` and
-// `stages` force the rows per thread, the passes over a CTA's rows and the state buffers (0: the
-// dispatcher's choice for `sm_count` SMs); a streaming kernel (two or three stages) runs on `stream_ctas` CTAs
-// (each walks units that many apart); `kernel_indices`, when set, is what the kernel reads instead of
-// the checked state_indices (same layout).
+// the kernel arguments and shape as src/cuda/decode_dispatch.cu makes them. `rows` and `passes` force
+// the rows per thread and the passes over a CTA's rows (0: the dispatcher's choice for `sm_count`
+// SMs); `kernel_indices`, when set, is what the kernel reads instead of the checked state_indices
+// (same layout).
 struct EmuShape {
-  int rows = 0, passes = 0, stages = 0, stream_ctas = 3;
+  int rows = 0, passes = 0;
 };
 
-Status emulated_decode(DecodeParams p, int sm_count, EmuShape force, const int32_t* kernel_indices, EmuShape* used,
-                       const sm90::DecodeStreamRule& rule) {
+Status emulated_decode(DecodeParams p, int sm_count, EmuShape force, const int32_t* kernel_indices, EmuShape* used) {
   p.backend = Backend::kCuda;
   normalise(p);
   HostIndices idx;
@@ -52,19 +50,16 @@ Status emulated_decode(DecodeParams p, int sm_count, EmuShape force, const int32
   if (kernel_indices) a.state_indices = kernel_indices;
   const int64_t D = p.head_dim_k, pairs = N * HV;
   sm90::DecodeShape shape =
-      sm90::decode_shape(p.state_dtype, pairs, D, sm_count, p.cu_seqlens == nullptr && p.seqlen == 1, rule);
+      sm90::decode_shape(p.state_dtype, pairs, D, sm_count, p.cu_seqlens == nullptr && p.seqlen == 1);
   if (force.rows > 0) shape.rows_per_thread = force.rows;
   if (force.passes > 0) shape.row_passes = force.passes;
-  if (force.stages > 0) shape.stages = force.stages;
   try {
     sm90::with_decode_traits(p.state_dtype, D, shape, [&](auto tr) {
       using Tr = decltype(tr);
       used->rows = Tr::kRowsPerThread_;
       used->passes = Tr::kRowPasses_;
-      used->stages = Tr::kStages_;
-      const int64_t units = pairs * Tr::kSlices;
-      const int64_t grid = Tr::kStages_ > 1 ? sm90::decode_stream_grid(units, force.stream_ctas, 1) : units;
-      emu::launch(unsigned(grid), Tr::kThreads, sizeof(sm90::KdaDecodeSmem<Tr>), [&] { sm90::kda_decode_kernel<Tr>(a, units); });
+      emu::launch(unsigned(pairs * Tr::kSlices), Tr::kThreads, sizeof(sm90::KdaDecodeSmem<Tr>),
+                  [&] { sm90::kda_decode_kernel<Tr>(a); });
       return 0;
     });
   } catch (const std::exception& e) {
@@ -78,16 +73,12 @@ struct DecodeCase {
   Config cfg;
   int rows = 0;    // rows per thread; 0: the dispatcher's choice for sm_count
   int passes = 0;  // passes over a CTA's rows (2: bf16, D = 128, 4 rows); 0: the dispatcher's choice
-  int stages = 0;  // state buffers (2, 3: streaming, D = 128 with 4 rows, or 2 on fp32 pools); 0: the dispatcher's
-  int stream_ctas = 3;    // the streaming grid
   int sm_count = 132;
   int64_t S = 1;          // slots per sequence (> 1: speculative)
   int64_t stride = 0;     // of the index rows (0: S)
   bool accepted = false;  // speculative with num_accepted_tokens
   int expect_rows = 0;    // the dispatcher must choose this (0: not checked)
   int expect_passes = 0;  // and this
-  int expect_stages = 0;  // and this
-  sm90::DecodeStreamRule rule = sm90::kDecodeStream;  // the dispatcher's streaming rule
 };
 
 std::ostream& operator<<(std::ostream& os, const DecodeCase& c) { return os << c.name; }
@@ -110,26 +101,6 @@ std::vector<DecodeCase> decode_cases() {
           c.rows = rows;
           c.passes = 1;
           cases.push_back(c);
-          if (D == 128 && (rows == 4 || (rows == 2 && dtype == DType::kF32))) {
-            // Streaming: 3 CTAs walk the 8 (pairs) x slices units, padding sequences among them; one
-            // CTA walks them all at T = 4.
-            DecodeCase st = c;
-            st.name += "_s2";
-            st.stages = 2;
-            cases.push_back(st);
-            if (T == 4) {
-              DecodeCase s3 = st;  // three buffers: two units ahead
-              s3.name = c.name + "_s3";
-              s3.stages = 3;
-              cases.push_back(s3);
-              st.name += "_one_cta";
-              st.stream_ctas = 1;
-              cases.push_back(st);
-              s3.name += "_one_cta";
-              s3.stream_ctas = 1;
-              cases.push_back(s3);
-            }
-          }
           if (dtype == DType::kBF16 && D == 128 && rows == 4) {  // the whole head a CTA, in two passes
             c.name += "_p2";
             c.passes = 2;
@@ -138,42 +109,25 @@ std::vector<DecodeCase> decode_cases() {
         }
   // The dispatcher's choice (4 sequences x 2 heads, D = 128: 4 rows a thread on up to 4 SMs, 2 on
   // up to 8, else 1; bf16 pools with 4 rows and one token a step: two passes where the 8 pairs are at
-  // least 4 an SM; bf16 pools stream where 4 rows a thread make more than 8 units an SM: 16 units on
-  // 1 SM).
-  // Then the streaming rule (sm90::DecodeStreamRule) as the dispatcher applies it, every setting:
-  // what streams where the 8 pairs make more than 8 units an SM (1 SM), and nothing where they do
-  // not (4 SMs).
+  // least 4 an SM, as on 1 or 2 SMs).
   struct Dispatch {
-    std::string name;
     DType dtype;
-    int sms, rows, passes, tokens, stages;
-    sm90::DecodeStreamRule rule{true, 0, 2};  // (bf16 pools stream with two buffers, fp32 pools do not)
-  };
-  auto dispatch = [](DType dt, int sms, int rows, int passes, int tokens, int stages) {
-    return Dispatch{std::string("dispatch_") + (dt == DType::kF32 ? "fp32" : "bf16") + "_sm" + std::to_string(sms) +
-                        "_t" + std::to_string(tokens),
-                    dt, sms, rows, passes, tokens, stages};
+    int sms, rows, passes, tokens;
   };
   for (const Dispatch& w :
-       {dispatch(DType::kF32, 4, 4, 1, 3, 1), dispatch(DType::kF32, 6, 2, 1, 3, 1), dispatch(DType::kF32, 132, 1, 1, 3, 1),
-        dispatch(DType::kF32, 2, 4, 1, 1, 1), dispatch(DType::kBF16, 2, 4, 2, 1, 1), dispatch(DType::kBF16, 2, 4, 1, 3, 1),
-        dispatch(DType::kBF16, 3, 4, 1, 1, 1), dispatch(DType::kBF16, 6, 2, 1, 1, 1), dispatch(DType::kBF16, 1, 4, 1, 1, 2),
-        dispatch(DType::kBF16, 1, 4, 1, 4, 2), dispatch(DType::kF32, 1, 4, 1, 4, 1),
-        Dispatch{"rule_off_bf16_t1", DType::kBF16, 1, 4, 2, 1, 1, {false, 0, 2}},
-        Dispatch{"rule_bf16_s3_t4", DType::kBF16, 1, 4, 1, 4, 3, {true, 0, 3}},
-        Dispatch{"rule_f32_r2_t1", DType::kF32, 1, 2, 1, 1, 2, {false, 2, 2}},
-        Dispatch{"rule_f32_r4_s3_t4", DType::kF32, 1, 4, 1, 4, 3, {true, 4, 3}},
-        Dispatch{"rule_f32_r2_sm4_t4", DType::kF32, 4, 4, 1, 4, 1, {true, 2, 2}}}) {
+       {Dispatch{DType::kF32, 4, 4, 1, 3}, Dispatch{DType::kF32, 6, 2, 1, 3}, Dispatch{DType::kF32, 132, 1, 1, 3},
+        Dispatch{DType::kF32, 2, 4, 1, 1}, Dispatch{DType::kBF16, 2, 4, 2, 1}, Dispatch{DType::kBF16, 2, 4, 1, 3},
+        Dispatch{DType::kBF16, 3, 4, 1, 1}, Dispatch{DType::kBF16, 6, 2, 1, 1}, Dispatch{DType::kBF16, 1, 4, 2, 1},
+        Dispatch{DType::kBF16, 1, 4, 1, 4}, Dispatch{DType::kF32, 1, 4, 1, 4}}) {
     DecodeCase c;
-    c.name = w.name;
+    c.name = std::string("dispatch_") + (w.dtype == DType::kF32 ? "fp32" : "bf16") + "_sm" + std::to_string(w.sms) +
+             "_t" + std::to_string(w.tokens);
     c.cfg.batch = 4;
     c.cfg.seqlen = w.tokens;
     c.cfg.state_dtype = w.dtype;
     c.sm_count = w.sms;
     c.expect_rows = w.rows;
     c.expect_passes = w.passes;
-    c.expect_stages = w.stages;
-    c.rule = w.rule;
     cases.push_back(c);
   }
   // Speculative: num_accepted_tokens picks the read column; sequence 0 skips its last write, 1 is
@@ -317,15 +271,12 @@ TEST_P(EmulatedDecode, MatchesTheFloat64Reference) {
   d.out = out.data();
   d.state = pool.data();
   EmuShape used;
-  s = emulated_decode(d, c.sm_count, EmuShape{c.rows, c.passes, c.stages, c.stream_ctas}, kernel_indices.data(), &used,
-                      c.rule);
+  s = emulated_decode(d, c.sm_count, EmuShape{c.rows, c.passes}, kernel_indices.data(), &used);
   ASSERT_TRUE(s.ok()) << s.message;
   const int rows_used = used.rows, passes_used = used.passes;
   if (c.expect_rows) EXPECT_EQ(rows_used, c.expect_rows) << "the dispatcher's rows per thread";
   if (c.expect_passes) EXPECT_EQ(passes_used, c.expect_passes) << "the dispatcher's passes";
-  if (c.expect_stages) EXPECT_EQ(used.stages, c.expect_stages) << "the dispatcher's stages";
   if (c.passes) EXPECT_EQ(passes_used, c.passes) << "the passes forced";
-  if (c.stages) EXPECT_EQ(used.stages, c.stages) << "the stages forced";
 
   // out: the reference's poisoned elements (padding sequences) poisoned, the others close.
   std::vector<double> got_out, want_out;
@@ -360,8 +311,8 @@ TEST_P(EmulatedDecode, MatchesTheFloat64Reference) {
   ASSERT_GT(written, 0);
   ASSERT_TRUE(all_finite(got_state)) << "a written slot not written everywhere (or not finite)";
   const double e_out = rel_error(got_out, want_out), e_state = rel_error(got_state, want_state);
-  std::printf("  %-34s rows %d  passes %d  stages %d  slots %d  out %.2e  state %.2e\n", c.name.c_str(), rows_used,
-              passes_used, used.stages, written, e_out, e_state);
+  std::printf("  %-34s rows %d  passes %d  slots %d  out %.2e  state %.2e\n", c.name.c_str(), rows_used, passes_used,
+              written, e_out, e_state);
   // As tests/cpp/test_decode.cpp's bounds for the fp32 CPU paths against the reference (rounded to
   // the same dtypes): out 1e-3; state 1e-4 (fp32), 5e-4 (bf16: fp32 and float64 results a few 1e-6
   // apart round to different bf16 neighbours for ~0.1 % of the elements).

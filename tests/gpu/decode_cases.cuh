@@ -164,17 +164,16 @@ std::vector<DecodeCase> decode_cases() {
   add(decode_fixed("320 pairs (4 rows a thread)", 80, 1));
   c = decode_fixed("320 pairs bf16 spec", 80, 2); c.S = 2; c.accepted = true; c.state = DType::kBF16; add(c);
   // bf16 pools with at least 4 pairs an SM and one token a step: the whole head a CTA in two passes
-  // (kda_decode_sm90.cuh); past 8 units of 64 rows an SM (1056 on 132 SMs), where the streaming rule
-  // (sm90::kDecodeStream) has bf16 pools stream, streaming CTAs that walk 2-3 units each (528 CTAs for
-  // 1280 units), padding sequences and speculative slots among them
+  // (kda_decode_sm90.cuh; from 528 pairs on 132 SMs); with several tokens a step, one pass. Padding
+  // sequences, speculative slots and a packed batch of 800 sequences among them.
   c = decode_fixed("528 pairs bf16 padding (two passes)", 132, 1); c.state = DType::kBF16; c.padding = true; add(c);
-  c = decode_fixed("640 pairs bf16 padding (streaming when on)", 160, 1); c.state = DType::kBF16; c.padding = true; add(c);
-  c = decode_fixed("640 pairs bf16 T=4 (streaming when on)", 160, 4); c.state = DType::kBF16; add(c);
-  c = decode_fixed("640 pairs bf16 spec (streaming when on)", 160, 2); c.S = 2; c.accepted = true; c.state = DType::kBF16; add(c);
+  c = decode_fixed("640 pairs bf16 padding (two passes)", 160, 1); c.state = DType::kBF16; c.padding = true; add(c);
+  c = decode_fixed("640 pairs bf16 T=4 (one pass)", 160, 4); c.state = DType::kBF16; add(c);
+  c = decode_fixed("640 pairs bf16 spec (one pass)", 160, 2); c.S = 2; c.accepted = true; c.state = DType::kBF16; add(c);
   {
     std::vector<int64_t> lens;
     for (int i = 0; i < 200; ++i) lens.insert(lens.end(), {1, 0, 8, 3});
-    c = decode_varlen("bf16 varlen 200 x 1/0/8/3 (streaming when on)", lens); c.state = DType::kBF16; add(c);
+    c = decode_varlen("bf16 varlen 200 x 1/0/8/3", lens); c.state = DType::kBF16; add(c);
   }
   // The gate forms (docs/spec.md, "Gate forms"): the sigmoid gate at rate 1 (A_log absent), the
   // softplus gate (no floor) and beta = 2 sigmoid(logit), on every decode path; then extreme softplus
@@ -213,7 +212,8 @@ std::vector<DecodeCase> decode_cases() {
   const size_t d128_cases = cs.size();
   for (size_t i = 0; i < d128_cases; ++i) {
     c = cs[i];
-    if (c.name.find("pairs bf16") != std::string::npos || c.name.find("(streaming when on)") != std::string::npos)
+    if (c.name.find("528 pairs") != std::string::npos || c.name.find("640 pairs") != std::string::npos ||
+        c.name.find("varlen 200 x") != std::string::npos)
       continue;  // (D = 128 only)
     c.dim = 64;
     for (const Shape& sh : shapes) {

@@ -78,11 +78,11 @@ TEST(CudaSanitize, Forward) {
 }
 
 // Decode: speculative with padding (fp32, 1 row a thread), 4 rows a thread on a bf16 pool (one pass,
-// two with one token a step, streaming CTAs with padding and speculative slots), and the gate forms' branches (the softplus gate, no A_log); K = V = 64
-// likewise (1 and 4 rows a thread).
+// two with one token a step, many waves of CTAs with padding and speculative slots), and the gate forms'
+// branches (the softplus gate, no A_log); K = V = 64 likewise (1 and 4 rows a thread).
 TEST(CudaSanitize, Decode) {
   for (const char* name : {"spec S=3 padding", "320 pairs bf16 spec", "528 pairs bf16 padding (two passes)",
-                           "640 pairs bf16 padding (streaming when on)", "640 pairs bf16 spec (streaming when on)",
+                           "640 pairs bf16 padding (two passes)", "640 pairs bf16 spec (one pass)",
                            "softplus spec S=3 padding bf16",
                            "softplus e^-1e4 varlen 1/0/8/3 bf16", "A_log=None spec S=4 T=2 stride 6 bf16",
                            "D=64 spec S=3 padding", "D=64 1080 pairs bf16 spec", "D=64 softplus spec S=3 padding bf16",

@@ -39,7 +39,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -75,11 +74,8 @@ struct KdaDecodeArgs {
 };
 
 // Compile-time shape of the kernel: StateT is float or __nv_bfloat16, kHeadDim (K = V) 128 or 64,
-// kRowsPerThread 1, 2 or 4, kRowPasses 1 or 2 (2: D = 128 with 4 rows a thread only, the whole head a
-// CTA), kStages 1, 2 or 3: the state buffers of a CTA (1: a CTA a unit, grid = units; 2 or 3: a
-// persistent CTA walks units gridDim.x apart and the bulk copies of its next one or two units are in
-// flight while it works on this one, see "Streaming CTAs" in docs/serving.md).
-template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses = 1, int kStages = 1>
+// kRowsPerThread 1, 2 or 4, kRowPasses 1 or 2 (2: D = 128 with 4 rows a thread only, the whole head a CTA).
+template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses = 1>
 struct KdaDecodeTraits {
   using State = StateT;
   static constexpr int kDim = kHeadDim;              // K = V
@@ -91,7 +87,6 @@ struct KdaDecodeTraits {
   static constexpr int kRowGroups = 32 / kLanesPerRow;
   static constexpr int kRowsPerThread_ = kRowsPerThread;
   static constexpr int kRowPasses_ = kRowPasses;
-  static constexpr int kStages_ = kStages;
   // rows in registers at a time (16·kRowsPerThread), and of the CTA
   static constexpr int kPassRows = kWarps * kRowGroups * kRowsPerThread;
   static constexpr int kRows = kPassRows * kRowPasses;
@@ -107,13 +102,9 @@ struct KdaDecodeTraits {
   // keeps the registers per thread, the 16 warps and the 128 KB per SM with twice the CTAs (8 of
   // ~26 KB of shared memory fit as well).
   // (Two passes: ~50 KB of shared memory a CTA, 4 CTAs an SM as well.)
-  // (Streaming an fp32 pool with 4 rows a thread: two 32 KB buffers a CTA, 2 CTAs an SM by shared memory.)
-  static constexpr int kMinBlocks = kStages >= 2 && sizeof(StateT) == 4 && kRowsPerThread == 4
-                                        ? 2
-                                        : (kRowsPerThread >= 4 ? 4 : kRowsPerThread == 2 ? 5 : 6) * 128 / kThreads;
+  static constexpr int kMinBlocks = (kRowsPerThread >= 4 ? 4 : kRowsPerThread == 2 ? 5 : 6) * 128 / kThreads;
   static_assert(kDim == 128 || kDim == 64, "the decode kernel is built for K = V = 128 and 64");
   static_assert(kRowPasses == 1 || kRowPasses == 2, "one or two passes over a CTA's rows");
-  static_assert(kStages == 1 || (kStages <= 3 && kRowPasses == 1), "streaming: two or three buffers of one pass each");
   static_assert(kDim % kRows == 0, "the rows of S must split evenly over the CTAs of a head");
   static_assert(kRows % 8 == 0, "out is written in 16-byte pieces of 8 rows");
   static_assert(kMaxTokens * kRows / 8 <= kThreads, "one thread per 16-byte piece of out");
@@ -247,7 +238,7 @@ __device__ __forceinline__ KdaDecodeUnit decode_unit(const KdaDecodeArgs& a, int
 
 template <typename Tr>
 struct KdaDecodeSmem {
-  alignas(128) typename Tr::State state[Tr::kStages_][Tr::kRows][Tr::kDim];  // a unit's rows, as in the pool
+  alignas(128) typename Tr::State state[Tr::kRows][Tr::kDim];  // the CTA's rows, as in the pool
   alignas(16) float k_hat[Tr::kMaxTokens][Tr::kDim];
   alignas(16) float q_tilde[Tr::kMaxTokens][Tr::kDim];  // times scale
   alignas(16) float alpha[Tr::kMaxTokens][Tr::kDim];
@@ -256,257 +247,221 @@ struct KdaDecodeSmem {
   float beta[Tr::kMaxTokens];
   float kq[Tr::kMaxTokens];                // k_hat · q_tilde
   int64_t write_slot[Tr::kMaxTokens];      // speculative: slot of the state after token t, or -1
-  uint64_t state_loaded[Tr::kStages_][Tr::kRowPasses_];  // mbarriers of the bulk copies, one a pass
-  KdaDecodeUnit unit[Tr::kStages_];  // the unit of each buffer, as thread 0 read it when it issued the copy
+  uint64_t state_loaded[Tr::kRowPasses_];  // mbarriers of the bulk copies, one a pass
+  KdaDecodeUnit unit;                      // the CTA's unit, as thread 0 read it when it issued the copies
 };
 
+// One CTA a work unit: unit blockIdx.x (grid = sequences × heads × Tr::kSlices).
 template <typename Tr>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
-    kda_decode_kernel(const __grid_constant__ KdaDecodeArgs a, const int64_t units) {
+    kda_decode_kernel(const __grid_constant__ KdaDecodeArgs a) {
   using namespace decode_detail;
   using State = typename Tr::State;
-  constexpr int D = Tr::kDim, RPT = Tr::kRowsPerThread_, kVec = Tr::kVec, kStages = Tr::kStages_;
+  constexpr int D = Tr::kDim, RPT = Tr::kRowsPerThread_, kVec = Tr::kVec;
   FLASH_KDA_DYNAMIC_SMEM(smem_bytes);  // (sizeof(KdaDecodeSmem<Tr>): launch_kda_decode)
   auto& sm = *reinterpret_cast<KdaDecodeSmem<Tr>*>(smem_bytes);
 
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int lr = lane % Tr::kLanesPerRow, row_group = lane / Tr::kLanesPerRow;
   State* const pool = static_cast<State*>(a.state);
-  auto head_offset = [&](const KdaDecodeUnit& x) {
-    return int64_t(x.hv) * D * D + int64_t(x.slice) * Tr::kRows * D;
-  };
+  auto head_offset = [&](const KdaDecodeUnit& x) { return int64_t(x.hv) * D * D + int64_t(x.slice) * Tr::kRows * D; };
 
-  // Thread 0 reads unit u (decode_unit: the only reads of cu_seqlens, num_accepted and the read slot)
-  // into sm.unit[stage] and issues the bulk copy of each pass's rows into buffer `stage` if it is
-  // live. Every thread then takes the unit from there, so the copy, the wait for it and the write-back
-  // all follow one reading even if the caller changed those tensors during the call (a wait on a copy
-  // never issued would hang the CTA). A unit past the grid's last is not live.
-  auto issue = [&](int64_t u, int stage) {
-    KdaDecodeUnit x{};
-    if (u < units) x = decode_unit<Tr>(a, u);
-    sm.unit[stage] = x;
-    if (!x.live) return;
-    const State* src = pool + int64_t(x.read_slot) * a.heads_v * D * D + head_offset(x);
-#pragma unroll
-    for (int p = 0; p < Tr::kRowPasses_; ++p) {
-      mbarrier_arrive_expect_tx(&sm.state_loaded[stage][p], Tr::kPassBytes);
-      bulk_copy_g2s(&sm.state[stage][p * Tr::kPassRows][0], src + p * Tr::kPassRows * D, Tr::kPassBytes,
-                    &sm.state_loaded[stage][p]);
-    }
-  };
+  // Thread 0 reads the CTA's unit (decode_unit: the only reads of cu_seqlens, num_accepted and the read
+  // slot) into sm.unit and, if it is live, issues the bulk copy of each pass's rows, in flight while the
+  // CTA prepares the token vectors below. Every thread then takes the unit from there, so the copy, the
+  // wait for it and the write-back all follow one reading even if the caller changed those tensors
+  // during the call (a wait on a copy never issued would hang the CTA).
   if (tid == 0) {
 #pragma unroll
-    for (int st = 0; st < kStages; ++st)
+    for (int p = 0; p < Tr::kRowPasses_; ++p) mbarrier_init(&sm.state_loaded[p], 1);
+    const KdaDecodeUnit x = decode_unit<Tr>(a, int64_t(blockIdx.x));
+    sm.unit = x;
+    if (x.live) {
+      const State* src = pool + int64_t(x.read_slot) * a.heads_v * D * D + head_offset(x);
 #pragma unroll
-      for (int p = 0; p < Tr::kRowPasses_; ++p) mbarrier_init(&sm.state_loaded[st][p], 1);
-    // (streaming: the first units' copies before the loop; the loop issues the rest kStages - 1 ahead)
-#pragma unroll
-    for (int st = 0; st + 1 < kStages; ++st) issue(int64_t(blockIdx.x) + st * int64_t(gridDim.x), st);
+      for (int p = 0; p < Tr::kRowPasses_; ++p) {
+        mbarrier_arrive_expect_tx(&sm.state_loaded[p], Tr::kPassBytes);
+        bulk_copy_g2s(&sm.state[p * Tr::kPassRows][0], src + p * Tr::kPassRows * D, Tr::kPassBytes,
+                      &sm.state_loaded[p]);
+      }
+    }
   }
-  uint32_t parity = 0;  // bit st: the phase of buffer st's next completion
+  __syncthreads();  // sm.unit, and the mbarriers' initialisation, for every thread
+  const KdaDecodeUnit x = sm.unit;
+  if (!x.live) return;  // (the same unit for the whole CTA: a uniform return)
+  const int hv = x.hv, h = x.h, slice = x.slice, length = x.length;
+  const int64_t batch_row = x.batch_row, begin = x.begin;
+  const bool speculative = a.slots_per_seq > 1;
 
-  // The arithmetic of one live unit, whose rows are (or are being) copied into buffer `stage`.
-  auto decode_one_unit = [&](const KdaDecodeUnit& x, const int stage) {
-    const int hv = x.hv, h = x.h, slice = x.slice, length = x.length;
-    const int64_t batch_row = x.batch_row, begin = x.begin;
-    const bool speculative = a.slots_per_seq > 1;
-
-    // ---- per-token vectors, kTokenLanes lanes per token (a warp at D = 128, a half-warp at D = 64) ----
-    // The gate form is the same for the whole grid: the branches below are uniform, and the default
-    // form (sigmoid with A_log) computes exactly what it did before the other forms existed.
-    const float gate_rate = a.softplus_gate ? expf(a.A_log[hv]) : a.A_log ? __expf(a.A_log[hv]) : 1.0f;
-    constexpr int kTokenLanes = Tr::kTokenLanes, kTokensPerWarp = Tr::kTokensPerWarp;
-    const int tl = lane % kTokenLanes;  // this lane within its token's group
-    // Every lane of a warp takes part in each pass (the sums shuffle over the full mask); a group past
-    // the last token repeats the pass's first token and stores nothing.
-    for (int t0 = warp * kTokensPerWarp; t0 < length; t0 += Tr::kWarps * kTokensPerWarp) {
-      const int t = t0 + lane / kTokenLanes;
-      const bool live = t < length;
-      const int64_t token = begin + (live ? t : t0);
-      const int c0 = 4 * tl;  // this lane's 4 channels
-      float q[4], k[4], g[4];
-      load_bf16x4(a.q + batch_row * a.q_s[0] + token * a.q_s[1] + h * a.q_s[2] + c0, q);
-      load_bf16x4(a.k + batch_row * a.k_s[0] + token * a.k_s[1] + h * a.k_s[2] + c0, k);
-      load_bf16x4(a.g + batch_row * a.g_s[0] + token * a.g_s[1] + hv * a.g_s[2] + c0, g);
-      const uint16_t* v_row = a.v + batch_row * a.v_s[0] + token * a.v_s[1] + hv * a.v_s[2] + slice * Tr::kRows;
-      for (int r = 4 * tl; r < Tr::kRows && live; r += 4 * kTokenLanes) {
-        float v4[4];
-        load_bf16x4(v_row + r, v4);
+  // ---- per-token vectors, kTokenLanes lanes per token (a warp at D = 128, a half-warp at D = 64) ----
+  // The gate form is the same for the whole grid: the branches below are uniform, and the default
+  // form (sigmoid with A_log) computes exactly what it did before the other forms existed.
+  const float gate_rate = a.softplus_gate ? expf(a.A_log[hv]) : a.A_log ? __expf(a.A_log[hv]) : 1.0f;
+  constexpr int kTokenLanes = Tr::kTokenLanes, kTokensPerWarp = Tr::kTokensPerWarp;
+  const int tl = lane % kTokenLanes;  // this lane within its token's group
+  // Every lane of a warp takes part in each pass (the sums shuffle over the full mask); a group past
+  // the last token repeats the pass's first token and stores nothing.
+  for (int t0 = warp * kTokensPerWarp; t0 < length; t0 += Tr::kWarps * kTokensPerWarp) {
+    const int t = t0 + lane / kTokenLanes;
+    const bool live = t < length;
+    const int64_t token = begin + (live ? t : t0);
+    const int c0 = 4 * tl;  // this lane's 4 channels
+    float q[4], k[4], g[4];
+    load_bf16x4(a.q + batch_row * a.q_s[0] + token * a.q_s[1] + h * a.q_s[2] + c0, q);
+    load_bf16x4(a.k + batch_row * a.k_s[0] + token * a.k_s[1] + h * a.k_s[2] + c0, k);
+    load_bf16x4(a.g + batch_row * a.g_s[0] + token * a.g_s[1] + hv * a.g_s[2] + c0, g);
+    const uint16_t* v_row = a.v + batch_row * a.v_s[0] + token * a.v_s[1] + hv * a.v_s[2] + slice * Tr::kRows;
+    for (int r = 4 * tl; r < Tr::kRows && live; r += 4 * kTokenLanes) {
+      float v4[4];
+      load_bf16x4(v_row + r, v4);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) sm.v[t][r + e] = v4[e];
-      }
-      float qq = 0.f, kk = 0.f;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) qq += q[e] * q[e], kk += k[e] * k[e];
-      // The eps inside the root, as docs/spec.md: an all-zero key stays zero.
-      const float q_factor = a.scale * rsqrtf(lane_group_sum<kTokenLanes>(qq) + 1e-6f);
-      const float k_factor = rsqrtf(lane_group_sum<kTokenLanes>(kk) + 1e-6f);
-      float kq = 0.f;
-      float4 k4, q4, a4;
-      float* kp = &k4.x;
-      float* qp = &q4.x;
-      float* ap = &a4.x;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        kp[e] = k[e] * k_factor;
-        qp[e] = q[e] * q_factor;
-        kq += kp[e] * qp[e];
-      }
-      if (a.softplus_gate) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) ap[e] = softplus_decay(gate_rate, g[e] + a.dt_bias[hv * D + c0 + e]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          ap[e] = __expf(a.lower_bound * sigmoid(gate_rate * (g[e] + a.dt_bias[hv * D + c0 + e])));
-      }
-      kq = lane_group_sum<kTokenLanes>(kq);
-      if (!live) continue;
-      *reinterpret_cast<float4*>(&sm.k_hat[t][c0]) = k4;
-      *reinterpret_cast<float4*>(&sm.q_tilde[t][c0]) = q4;
-      *reinterpret_cast<float4*>(&sm.alpha[t][c0]) = a4;
-      if (tl == 0) {
-        sm.beta[t] =
-            a.beta_scale *
-            sigmoid(bf16_bits_to_float(a.beta[batch_row * a.beta_s[0] + token * a.beta_s[1] + hv * a.beta_s[2]]));
-        sm.kq[t] = kq;
-      }
+      for (int e = 0; e < 4; ++e) sm.v[t][r + e] = v4[e];
     }
-    if (tid < length) {
-      int64_t slot = -1;
-      if (speculative && tid < a.slots_per_seq) {
-        slot = x.indices[tid];
-        if (slot >= a.pool_size) slot = -1;
-      }
-      sm.write_slot[tid] = slot;
+    float qq = 0.f, kk = 0.f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) qq += q[e] * q[e], kk += k[e] * k[e];
+    // The eps inside the root, as docs/spec.md: an all-zero key stays zero.
+    const float q_factor = a.scale * rsqrtf(lane_group_sum<kTokenLanes>(qq) + 1e-6f);
+    const float k_factor = rsqrtf(lane_group_sum<kTokenLanes>(kk) + 1e-6f);
+    float kq = 0.f;
+    float4 k4, q4, a4;
+    float* kp = &k4.x;
+    float* qp = &q4.x;
+    float* ap = &a4.x;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      kp[e] = k[e] * k_factor;
+      qp[e] = q[e] * q_factor;
+      kq += kp[e] * qp[e];
     }
-    __syncthreads();  // the token vectors for every thread
+    if (a.softplus_gate) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ap[e] = softplus_decay(gate_rate, g[e] + a.dt_bias[hv * D + c0 + e]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        ap[e] = __expf(a.lower_bound * sigmoid(gate_rate * (g[e] + a.dt_bias[hv * D + c0 + e])));
+    }
+    kq = lane_group_sum<kTokenLanes>(kq);
+    if (!live) continue;
+    *reinterpret_cast<float4*>(&sm.k_hat[t][c0]) = k4;
+    *reinterpret_cast<float4*>(&sm.q_tilde[t][c0]) = q4;
+    *reinterpret_cast<float4*>(&sm.alpha[t][c0]) = a4;
+    if (tl == 0) {
+      sm.beta[t] =
+          a.beta_scale *
+          sigmoid(bf16_bits_to_float(a.beta[batch_row * a.beta_s[0] + token * a.beta_s[1] + hv * a.beta_s[2]]));
+      sm.kq[t] = kq;
+    }
+  }
+  if (tid < length) {
+    int64_t slot = -1;
+    if (speculative && tid < a.slots_per_seq) {
+      slot = x.indices[tid];
+      if (slot >= a.pool_size) slot = -1;
+    }
+    sm.write_slot[tid] = slot;
+  }
+  __syncthreads();  // the token vectors for every thread
 
-    // ---- the passes: this thread's rows of pass `pass` into registers, the tokens, the rows back ----
-    const uint32_t phase = (parity >> stage) & 1u;
-    parity ^= 1u << stage;
+  // ---- the passes: this thread's rows of pass `pass` into registers, the tokens, the rows back ----
 #pragma unroll 1
-    for (int pass = 0; pass < Tr::kRowPasses_; ++pass) {
-      // (row within the slice)
-      auto row_of = [&](int i) { return ((pass * Tr::kWarps + warp) * RPT + i) * Tr::kRowGroups + row_group; };
-      float s[RPT][Tr::kCols];
-      mbarrier_wait(&sm.state_loaded[stage][pass], phase);
+  for (int pass = 0; pass < Tr::kRowPasses_; ++pass) {
+    // (row within the slice)
+    auto row_of = [&](int i) { return ((pass * Tr::kWarps + warp) * RPT + i) * Tr::kRowGroups + row_group; };
+    float s[RPT][Tr::kCols];
+    mbarrier_wait(&sm.state_loaded[pass], 0);
+#pragma unroll
+    for (int i = 0; i < RPT; ++i)
+#pragma unroll
+      for (int j = 0; j < Tr::kChunks; ++j) load_state_vec(&sm.state[row_of(i)][Tr::column(lr, j, 0)], &s[i][j * kVec]);
+
+    auto store_rows = [&](int64_t slot) {
+      State* dst = pool + slot * a.heads_v * D * D + head_offset(x);
 #pragma unroll
       for (int i = 0; i < RPT; ++i)
 #pragma unroll
         for (int j = 0; j < Tr::kChunks; ++j)
-          load_state_vec(&sm.state[stage][row_of(i)][Tr::column(lr, j, 0)], &s[i][j * kVec]);
+          store_state_vec(dst + row_of(i) * D + Tr::column(lr, j, 0), &s[i][j * kVec]);
+    };
 
-      auto store_rows = [&](int64_t slot) {
-        State* dst = pool + slot * a.heads_v * D * D + head_offset(x);
+    // ---- the tokens ----
+    for (int t = 0; t < length; ++t) {
+      float pk[RPT], pq[RPT];
 #pragma unroll
-        for (int i = 0; i < RPT; ++i)
+      for (int i = 0; i < RPT; ++i) pk[i] = pq[i] = 0.f;
 #pragma unroll
-          for (int j = 0; j < Tr::kChunks; ++j)
-            store_state_vec(dst + row_of(i) * D + Tr::column(lr, j, 0), &s[i][j * kVec]);
-      };
-
-      // ---- the tokens ----
-      for (int t = 0; t < length; ++t) {
-        float pk[RPT], pq[RPT];
+      for (int j = 0; j < Tr::kChunks; ++j) {
 #pragma unroll
-        for (int i = 0; i < RPT; ++i) pk[i] = pq[i] = 0.f;
+        for (int e4 = 0; e4 < kVec; e4 += 4) {
+          const int c = Tr::column(lr, j, e4);
+          const float4 al = *reinterpret_cast<const float4*>(&sm.alpha[t][c]);
+          const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][c]);
+          const float4 qt = *reinterpret_cast<const float4*>(&sm.q_tilde[t][c]);
+          const float alv[4] = {al.x, al.y, al.z, al.w}, khv[4] = {kh.x, kh.y, kh.z, kh.w};
+          const float qtv[4] = {qt.x, qt.y, qt.z, qt.w};
 #pragma unroll
-        for (int j = 0; j < Tr::kChunks; ++j) {
+          for (int i = 0; i < RPT; ++i)
 #pragma unroll
-          for (int e4 = 0; e4 < kVec; e4 += 4) {
-            const int c = Tr::column(lr, j, e4);
-            const float4 al = *reinterpret_cast<const float4*>(&sm.alpha[t][c]);
-            const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][c]);
-            const float4 qt = *reinterpret_cast<const float4*>(&sm.q_tilde[t][c]);
-            const float alv[4] = {al.x, al.y, al.z, al.w}, khv[4] = {kh.x, kh.y, kh.z, kh.w};
-            const float qtv[4] = {qt.x, qt.y, qt.z, qt.w};
-#pragma unroll
-            for (int i = 0; i < RPT; ++i)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                float& v = s[i][j * kVec + e4 + e];
-                v *= alv[e];
-                pk[i] = fmaf(v, khv[e], pk[i]);
-                pq[i] = fmaf(v, qtv[e], pq[i]);
-              }
-          }
-        }
-#pragma unroll
-        for (int o = 1; o < Tr::kLanesPerRow; o <<= 1)
-#pragma unroll
-          for (int i = 0; i < RPT; ++i) {
-            pk[i] += __shfl_xor_sync(0xffffffffu, pk[i], o);
-            pq[i] += __shfl_xor_sync(0xffffffffu, pq[i], o);
-          }
-        const float beta = sm.beta[t], kq = sm.kq[t];
-        float delta[RPT];
-#pragma unroll
-        for (int i = 0; i < RPT; ++i) {
-          delta[i] = beta * (sm.v[t][row_of(i)] - pk[i]);
-          if (lr == 0) sm.out[t][row_of(i)] = __float2bfloat16_rn(fmaf(delta[i], kq, pq[i]));
-        }
-#pragma unroll
-        for (int j = 0; j < Tr::kChunks; ++j)
-#pragma unroll
-          for (int e4 = 0; e4 < kVec; e4 += 4) {
-            const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][Tr::column(lr, j, e4)]);
-            const float khv[4] = {kh.x, kh.y, kh.z, kh.w};
-#pragma unroll
-            for (int i = 0; i < RPT; ++i)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) s[i][j * kVec + e4 + e] = fmaf(delta[i], khv[e], s[i][j * kVec + e4 + e]);
-          }
-        if (speculative) {
-          const int64_t slot = sm.write_slot[t];
-          if (slot >= 0) store_rows(slot);
+            for (int e = 0; e < 4; ++e) {
+              float& v = s[i][j * kVec + e4 + e];
+              v *= alv[e];
+              pk[i] = fmaf(v, khv[e], pk[i]);
+              pq[i] = fmaf(v, qtv[e], pq[i]);
+            }
         }
       }
-      // One slot per sequence: the state after the last token goes back where it came from, in place
-      // (the pass's bulk copy completed before any thread got past its mbarrier_wait, and each thread
-      // writes only its rows; the other pass's rows are other bytes).
-      if (!speculative) store_rows(int64_t(x.read_slot));
+#pragma unroll
+      for (int o = 1; o < Tr::kLanesPerRow; o <<= 1)
+#pragma unroll
+        for (int i = 0; i < RPT; ++i) {
+          pk[i] += __shfl_xor_sync(0xffffffffu, pk[i], o);
+          pq[i] += __shfl_xor_sync(0xffffffffu, pq[i], o);
+        }
+      const float beta = sm.beta[t], kq = sm.kq[t];
+      float delta[RPT];
+#pragma unroll
+      for (int i = 0; i < RPT; ++i) {
+        delta[i] = beta * (sm.v[t][row_of(i)] - pk[i]);
+        if (lr == 0) sm.out[t][row_of(i)] = __float2bfloat16_rn(fmaf(delta[i], kq, pq[i]));
+      }
+#pragma unroll
+      for (int j = 0; j < Tr::kChunks; ++j)
+#pragma unroll
+        for (int e4 = 0; e4 < kVec; e4 += 4) {
+          const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][Tr::column(lr, j, e4)]);
+          const float khv[4] = {kh.x, kh.y, kh.z, kh.w};
+#pragma unroll
+          for (int i = 0; i < RPT; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[i][j * kVec + e4 + e] = fmaf(delta[i], khv[e], s[i][j * kVec + e4 + e]);
+        }
+      if (speculative) {
+        const int64_t slot = sm.write_slot[t];
+        if (slot >= 0) store_rows(slot);
+      }
     }
+    // One slot per sequence: the state after the last token goes back where it came from, in place
+    // (the pass's bulk copy completed before any thread got past its mbarrier_wait, and each thread
+    // writes only its rows; the other pass's rows are other bytes).
+    if (!speculative) store_rows(int64_t(x.read_slot));
+  }
 
-    // ---- out: 16-byte pieces of 8 rows, from the staging buffer ----
-    __syncthreads();
-    constexpr int kPieces = Tr::kRows / 8;
-    if (tid < length * kPieces) {
-      const int t = tid / kPieces, piece = tid % kPieces;
-      uint16_t* dst =
-          a.out + batch_row * a.out_s[0] + (begin + t) * a.out_s[1] + hv * a.out_s[2] + slice * Tr::kRows + piece * 8;
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&sm.out[t][piece * 8]);
-    }
-  };
-
-  // One unit an iteration: with one stage the CTA's own unit (grid = units), streaming the units
-  // blockIdx.x + i * gridDim.x in turn.
-  int stage = 0;
-#pragma unroll 1
-  for (int64_t u = blockIdx.x; u < units; u += gridDim.x, stage = stage + 1 == kStages ? 0 : stage + 1) {
-    // The copy kStages - 1 units ahead, into the buffer the previous unit used (read into registers
-    // before the __syncthreads that ended its iteration); with one stage, this unit's own copy, in
-    // flight during the preparation below.
-    if (tid == 0) issue(u + (kStages - 1) * int64_t(gridDim.x), kStages == 1 ? 0 : (stage + kStages - 1) % kStages);
-    __syncthreads();  // sm.unit[stage], and the mbarriers' initialisation, for every thread
-    const KdaDecodeUnit x = sm.unit[stage];
-    if (x.live) decode_one_unit(x, stage);
-    if constexpr (kStages == 1) break;  // (the CTA's only unit)
-    // The next unit overwrites the token vectors, out's staging, sm.unit and this unit's buffer.
-    __syncthreads();
+  // ---- out: 16-byte pieces of 8 rows, from the staging buffer ----
+  __syncthreads();
+  constexpr int kPieces = Tr::kRows / 8;
+  if (tid < length * kPieces) {
+    const int t = tid / kPieces, piece = tid % kPieces;
+    uint16_t* dst =
+        a.out + batch_row * a.out_s[0] + (begin + t) * a.out_s[1] + hv * a.out_s[2] + slice * Tr::kRows + piece * 8;
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&sm.out[t][piece * 8]);
   }
 }
 
-// Launches the kernel for `units` = sequences × heads × Tr::kSlices work units (kda_decode_sm90.cu):
-// one CTA a unit with one stage; streaming, as many CTAs as fit the `sm_count` SMs at once (at most
-// `units`).
-template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses, int kStages>
-cudaError_t launch_kda_decode(const KdaDecodeArgs& args, int64_t units, int sm_count, cudaStream_t stream);
-
-// The streaming grid: `per_sm` CTAs on each of `sm_count` SMs, never more than the units.
-inline int64_t decode_stream_grid(int64_t units, int per_sm, int sm_count) {
-  return std::max<int64_t>(1, std::min<int64_t>(units, int64_t(std::max(per_sm, 1)) * sm_count));
-}
+// Launches the kernel for `units` = sequences × heads × Tr::kSlices work units, one CTA each
+// (kda_decode_sm90.cu).
+template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses>
+cudaError_t launch_kda_decode(const KdaDecodeArgs& args, int64_t units, cudaStream_t stream);
 
 // ---- the host side of a launch, shared by src/cuda/decode_dispatch.cu (the GPU) and
 // tests/emu/test_emu_decode.cpp (the emulation), so that both run the same arguments and shapes ----
@@ -559,68 +514,30 @@ inline int decode_row_passes(DType state, int64_t pairs, int64_t D, int rows_per
              : 1;
 }
 
-// Streaming (KdaDecodeTraits::kStages_ = 2 or 3): where the one-unit grid would run many waves of
-// CTAs (4 rows a thread at D = 128, i.e. at least 16 warps an SM in it, and more than twice the units
-// that fit the SMs at once), each CTA walks units gridDim.x apart and has the next units' bulk copies
-// in flight while it works on this one, so that the SM's copies never wait for its arithmetic (with
-// one unit a CTA, a CTA's copy is issued only when the CTA starts). Which pools stream, and how, is
-// kDecodeStream's rule (docs/serving.md, "Streaming CTAs"). Off until it is timed on a GPU: the
-// streaming kernels are checked by the emulated tests (tests/emu/test_emu_decode.cpp forces every
-// shape and rule) but have not run on a device yet (docs/perf_log.md, session 27); the candidate
-// to time first is {true, 0, 2}, then {true, 2, 3} (bench/results/s27/README.md).
-struct DecodeStreamRule {
-  bool bf16;     // bf16 pools stream (64-row units, one pass)
-  int f32_rows;  // fp32 pools stream with this many rows a thread (2 or 4; 0: they do not)
-  int stages;    // state buffers a streaming CTA: 2 (one unit ahead) or 3 (two)
-};
-inline constexpr DecodeStreamRule kDecodeStream{false, 0, 2};
-
+// The kernel's shape for a problem: decode_rows_per_thread's rows and decode_row_passes's passes.
 struct DecodeShape {
   int rows_per_thread;
   int row_passes;
-  int stages;
 };
 
-inline DecodeShape decode_shape(DType state, int64_t pairs, int64_t D, int sm_count, bool one_token,
-                                const DecodeStreamRule& rule = kDecodeStream) {
-  DecodeShape s{decode_rows_per_thread(pairs, D, sm_count), 1, 1};
-  const int64_t units = pairs * (D / (16 * s.rows_per_thread));
-  const bool many_waves = D == 128 && s.rows_per_thread == 4 && units > 8 * int64_t(sm_count);
-  if (many_waves && state == DType::kBF16 && rule.bf16) {
-    s.stages = rule.stages;
-  } else if (many_waves && state == DType::kF32 && rule.f32_rows > 0) {
-    s.rows_per_thread = rule.f32_rows;
-    s.stages = rule.stages;
-  } else {
-    s.row_passes = decode_row_passes(state, pairs, D, s.rows_per_thread, sm_count, one_token);
-  }
-  return s;
+inline DecodeShape decode_shape(DType state, int64_t pairs, int64_t D, int sm_count, bool one_token) {
+  const int rows_per_thread = decode_rows_per_thread(pairs, D, sm_count);
+  return {rows_per_thread, decode_row_passes(state, pairs, D, rows_per_thread, sm_count, one_token)};
 }
 
-// Calls f(Tr{}) with the traits of the state dtype, D (128 or 64), rows per thread (4, 2, else 1),
-// passes (2 only with a bf16 state, D = 128 and 4 rows a thread, else 1) and stages (2: D = 128
-// with 4 rows a thread, or 2 with an fp32 state; else 1).
+// Calls f(Tr{}) with the traits of the state dtype, D (128 or 64), rows per thread (4, 2, else 1) and
+// passes (2 only with a bf16 state, D = 128 and 4 rows a thread, else 1).
 template <class F>
 auto with_decode_traits(DType state, int64_t D, const DecodeShape& shape, F&& f) {
   auto rows = [&](auto st, auto d) {
     using S = decltype(st);
     constexpr int kD = decltype(d)::value;
-    constexpr bool kBf16 = std::is_same_v<S, __nv_bfloat16>;
     switch (shape.rows_per_thread) {
       case 4:
-        if constexpr (kD == 128) {
-          if (shape.stages == 2) return f(KdaDecodeTraits<S, kD, 4, 1, 2>{});
-          if (shape.stages == 3) return f(KdaDecodeTraits<S, kD, 4, 1, 3>{});
-          if constexpr (kBf16)
-            if (shape.row_passes == 2) return f(KdaDecodeTraits<S, kD, 4, 2>{});
-        }
+        if constexpr (kD == 128 && std::is_same_v<S, __nv_bfloat16>)
+          if (shape.row_passes == 2) return f(KdaDecodeTraits<S, kD, 4, 2>{});
         return f(KdaDecodeTraits<S, kD, 4>{});
-      case 2:
-        if constexpr (kD == 128 && !kBf16) {
-          if (shape.stages == 2) return f(KdaDecodeTraits<S, kD, 2, 1, 2>{});
-          if (shape.stages == 3) return f(KdaDecodeTraits<S, kD, 2, 1, 3>{});
-        }
-        return f(KdaDecodeTraits<S, kD, 2>{});
+      case 2: return f(KdaDecodeTraits<S, kD, 2>{});
       default: return f(KdaDecodeTraits<S, kD, 1>{});
     }
   };

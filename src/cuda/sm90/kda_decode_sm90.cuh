@@ -185,7 +185,7 @@ __device__ __forceinline__ void load_bf16x4(const uint16_t* p, float* x) {
 // padding, never used to address outside the tensors; `live` is false where nothing is read or
 // written (no token, a padding sequence, an invalid num_accepted or a read slot outside the pool).
 struct KdaDecodeUnit {
-  int slice, hv, h;
+  int n, slice, hv, h;
   int64_t batch_row, begin;
   int length;
   const int32_t* indices;
@@ -193,13 +193,16 @@ struct KdaDecodeUnit {
   bool live;
 };
 
+// The unit's tokens (slice, heads, batch row, token range, the sequence's row of state_indices), not
+// whether it is live: what the token vectors need.
 template <typename Tr>
-__device__ __forceinline__ KdaDecodeUnit decode_unit(const KdaDecodeArgs& a, int64_t u) {
+__device__ __forceinline__ KdaDecodeUnit decode_unit_tokens(const KdaDecodeArgs& a, int64_t u) {
   KdaDecodeUnit x{};
   x.slice = int(u % Tr::kSlices);
   const int pair = int(u / Tr::kSlices);
   x.hv = pair % a.heads_v;
   const int n = pair / a.heads_v;
+  x.n = n;
   x.h = x.hv / a.group;
   x.batch_row = n;
   x.begin = 0;
@@ -221,7 +224,13 @@ __device__ __forceinline__ KdaDecodeUnit decode_unit(const KdaDecodeArgs& a, int
   }
   x.indices = a.state_indices + int64_t(n) * a.indices_stride;
   x.live = false;
+  return x;
+}
+
+// The unit whose tokens are `x` (decode_unit_tokens), with its liveness and read slot.
+__device__ __forceinline__ KdaDecodeUnit decode_unit(const KdaDecodeArgs& a, KdaDecodeUnit x) {
   if (x.length == 0) return x;  // no token: the state stays as it is
+  const int n = x.n;
   int read_column = 0;
   if (a.num_accepted) {
     const int accepted = a.num_accepted[n];
@@ -266,15 +275,20 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   State* const pool = static_cast<State*>(a.state);
   auto head_offset = [&](const KdaDecodeUnit& x) { return int64_t(x.hv) * D * D + int64_t(x.slice) * Tr::kRows * D; };
 
-  // Thread 0 reads the CTA's unit (decode_unit: the only reads of cu_seqlens, num_accepted and the read
-  // slot) into sm.unit and, if it is live, issues the bulk copy of each pass's rows, in flight while the
-  // CTA prepares the token vectors below. Every thread then takes the unit from there, so the copy, the
-  // wait for it and the write-back all follow one reading even if the caller changed those tensors
-  // during the call (a wait on a copy never issued would hang the CTA).
+  // Thread 0 reads the CTA's unit (decode_unit) into sm.unit and, if it is live, issues the bulk copy
+  // of each pass's rows, in flight while the CTA prepares the token vectors below. Every decision a
+  // barrier or a copy depends on -- whether the unit is live, its slot, the tokens it walks -- comes
+  // from that one reading (taken after the barrier that ends the token vectors), so the copy, the wait
+  // for it and the write-back agree even if the caller changed cu_seqlens, num_accepted or the slots
+  // during the call (a wait on a copy never issued would hang the CTA). The token vectors are made
+  // from each thread's own reading of the token range, at once (waiting for thread 0's reading first
+  // made the T = 4 rows 4-18 % slower, docs/perf_log.md session 28); their loads stay inside the
+  // tensors whatever it says, and only a caller racing the call could make it differ.
+  const KdaDecodeUnit own = decode_unit_tokens<Tr>(a, int64_t(blockIdx.x));
   if (tid == 0) {
 #pragma unroll
     for (int p = 0; p < Tr::kRowPasses_; ++p) mbarrier_init(&sm.state_loaded[p], 1);
-    const KdaDecodeUnit x = decode_unit<Tr>(a, int64_t(blockIdx.x));
+    const KdaDecodeUnit x = decode_unit(a, own);
     sm.unit = x;
     if (x.live) {
       const State* src = pool + int64_t(x.read_slot) * a.heads_v * D * D + head_offset(x);
@@ -286,12 +300,19 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       }
     }
   }
-  __syncthreads();  // sm.unit, and the mbarriers' initialisation, for every thread
-  const KdaDecodeUnit x = sm.unit;
-  if (!x.live) return;  // (the same unit for the whole CTA: a uniform return)
-  const int hv = x.hv, h = x.h, slice = x.slice, length = x.length;
-  const int64_t batch_row = x.batch_row, begin = x.begin;
+  const int hv = own.hv, h = own.h, slice = own.slice;
+  const int64_t batch_row = own.batch_row;
   const bool speculative = a.slots_per_seq > 1;
+  // Speculative: the slot of the state after token t (every entry a walk may read, whatever length
+  // thread 0 read).
+  if (tid < Tr::kMaxTokens) {
+    int64_t slot = -1;
+    if (speculative && tid < a.slots_per_seq) {
+      slot = own.indices[tid];
+      if (slot >= a.pool_size) slot = -1;
+    }
+    sm.write_slot[tid] = slot;
+  }
 
   // ---- per-token vectors, kTokenLanes lanes per token (a warp at D = 128, a half-warp at D = 64) ----
   // The gate form is the same for the whole grid: the branches below are uniform, and the default
@@ -301,10 +322,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   const int tl = lane % kTokenLanes;  // this lane within its token's group
   // Every lane of a warp takes part in each pass (the sums shuffle over the full mask); a group past
   // the last token repeats the pass's first token and stores nothing.
-  for (int t0 = warp * kTokensPerWarp; t0 < length; t0 += Tr::kWarps * kTokensPerWarp) {
+  for (int t0 = warp * kTokensPerWarp; t0 < own.length; t0 += Tr::kWarps * kTokensPerWarp) {
     const int t = t0 + lane / kTokenLanes;
-    const bool live = t < length;
-    const int64_t token = begin + (live ? t : t0);
+    const bool live = t < own.length;
+    const int64_t token = own.begin + (live ? t : t0);
     const int c0 = 4 * tl;  // this lane's 4 channels
     float q[4], k[4], g[4];
     load_bf16x4(a.q + batch_row * a.q_s[0] + token * a.q_s[1] + h * a.q_s[2] + c0, q);
@@ -354,15 +375,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       sm.kq[t] = kq;
     }
   }
-  if (tid < length) {
-    int64_t slot = -1;
-    if (speculative && tid < a.slots_per_seq) {
-      slot = x.indices[tid];
-      if (slot >= a.pool_size) slot = -1;
-    }
-    sm.write_slot[tid] = slot;
-  }
-  __syncthreads();  // the token vectors for every thread
+  __syncthreads();  // the token vectors, sm.unit and the mbarriers' initialisation for every thread
+  const KdaDecodeUnit x = sm.unit;
+  if (!x.live) return;  // (the same unit for the whole CTA: a uniform return)
+  const int length = x.length;
+  const int64_t begin = x.begin;
 
   // ---- the passes: this thread's rows of pass `pass` into registers, the tokens, the rows back ----
 #pragma unroll 1
@@ -377,7 +394,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       for (int j = 0; j < Tr::kChunks; ++j) load_state_vec(&sm.state[row_of(i)][Tr::column(lr, j, 0)], &s[i][j * kVec]);
 
     auto store_rows = [&](int64_t slot) {
-      State* dst = pool + slot * a.heads_v * D * D + head_offset(x);
+      State* dst = pool + slot * a.heads_v * D * D + head_offset(own);
 #pragma unroll
       for (int i = 0; i < RPT; ++i)
 #pragma unroll

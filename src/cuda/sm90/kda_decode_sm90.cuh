@@ -281,9 +281,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   // from that one reading (taken after the barrier that ends the token vectors), so the copy, the wait
   // for it and the write-back agree even if the caller changed cu_seqlens, num_accepted or the slots
   // during the call (a wait on a copy never issued would hang the CTA). The token vectors are made
-  // from each thread's own reading of the token range, at once (waiting for thread 0's reading first
-  // made the T = 4 rows 4-18 % slower, docs/perf_log.md session 28); their loads stay inside the
-  // tensors whatever it says, and only a caller racing the call could make it differ.
+  // from each thread's own reading of the token range, at once, not after a barrier that waits for
+  // thread 0's (measured on an H100: the small batches 1-3 % faster, b64_t4_fp32 4 % and the bf16
+  // T = 4 rows 3-4 %; docs/perf_log.md session 28); their loads stay inside the tensors whatever it
+  // says, and only a caller racing the call could make it differ from thread 0's.
   const KdaDecodeUnit own = decode_unit_tokens<Tr>(a, int64_t(blockIdx.x));
   if (tid == 0) {
 #pragma unroll

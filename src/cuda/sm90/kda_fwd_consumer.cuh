@@ -1,7 +1,8 @@
 // Consumer role of the sm90 forward: the state-dependent part of every chunk, on 16 rows of the
-// V x K state held in registers as the fp32 accumulator of the MMAs (tf32 m16n8k8 in the fused
-// kernel; in the prepared plans fp16 m16n8k16 for the three large products, with a tf32 fallback
-// for a chunk whose operands do not fit fp16).
+// V x K state held in registers as the fp32 accumulator of the MMAs (fp16 m16n8k16 for the three
+// large products, with a tf32 fallback for a chunk whose operands do not fit fp16, on the compact
+// stages of the prepared plans and of the fused kernel; tf32 m16n8k8 on the fused kernel's fp32
+// stages, KdaFwdTraits::kCompact false).
 //
 // With S the state at the chunk start (rows v of this warp), per chunk:
 //   step 1   X  = S k_tilde^T - v^T,  Xq = S q_tilde^T          [16 x 16] each, k = D channels
@@ -49,7 +50,8 @@ struct RingPos {
 // channel c = 8j + 2t (k/q: the four values (t=g, c), (t=g+8, c), (t=g, c+1), (t=g+8, c+1)), or
 // token t even (pairs (t, t+1)).
 //
-// The fused kernel: fp32 tiles its producers wrote (tf32-rounded, scale in q), named barriers.
+// The fused kernel on fp32 stages (KdaFwdTraits::kCompact false): fp32 tiles its producers wrote
+// (tf32-rounded, scale in q), named barriers.
 template <class Tr>
 struct Fp32StageView {
   using Stage = typename Tr::Stage;
@@ -291,7 +293,7 @@ struct ChunkMath {
   // fp16 with kHalf, else tf32; kDecay: S Diag(gamma) here, else the caller has done it). The
   // prepared form (kScaleQ) has q_hat and M without `scale`, M in fp16: with kHalf the output
   // product is one m16n8k16 a token tile on U^T's fp16 fragments (those of the update), and `scale`
-  // multiplies the sum; the fused kernel's q_tilde and M carry `scale` (tf32 products).
+  // multiplies the sum; the fused kernel's fp32 stages have q_tilde and M with `scale` (tf32 products).
   template <bool kOut, bool kHalf, bool kDecay>
   __device__ __forceinline__ void finish(const Stage& st, float (&S)[kTiles][4], float (&xq)[2][4],
                                          const float (&u)[2][4]) const {

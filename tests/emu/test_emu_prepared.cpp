@@ -129,13 +129,13 @@ Status emulated_fwd(FwdParams p, int sm_count, std::vector<unsigned char>& works
   const int64_t pairs = num_sequences(p) * a.heads_v;
   try {
     if (h.kind == FwdPlan::kFused) {
-      if (compact == 1)
-        return p.head_dim_k == 64 ? emulated_fused<64, true>(a, pairs, sm_count)
-                                  : emulated_fused<128, true>(a, pairs, sm_count);
-      if (compact == 0)
-        return p.head_dim_k == 64 ? emulated_fused<64, false>(a, pairs, sm_count)
-                                  : emulated_fused<128, false>(a, pairs, sm_count);
-      return p.head_dim_k == 64 ? emulated_fused<64>(a, pairs, sm_count) : emulated_fused<128>(a, pairs, sm_count);
+      auto fused = [&](auto stages) {
+        constexpr bool kCompact = decltype(stages)::value;
+        return p.head_dim_k == 64 ? emulated_fused<64, kCompact>(a, pairs, sm_count)
+                                  : emulated_fused<128, kCompact>(a, pairs, sm_count);
+      };
+      if (compact < 0) return fused(std::bool_constant<sm90::kFusedCompactStages>{});
+      return compact == 1 ? fused(std::true_type{}) : fused(std::false_type{});
     }
     if (p.head_dim_k == 64) return cuda::fwd_plan::run_prepared<64>(h, a, p, sm_count, launch);
     return cuda::fwd_plan::run_prepared<128>(h, a, p, sm_count, launch);

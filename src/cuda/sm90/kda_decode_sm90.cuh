@@ -223,8 +223,7 @@ __device__ __forceinline__ KdaDecodeUnit decode_unit_tokens(const KdaDecodeArgs&
     x.length = int(min(e - b, int64_t(Tr::kMaxTokens)));
   }
   x.indices = a.state_indices + int64_t(n) * a.indices_stride;
-  x.live = false;
-  return x;
+  return x;  // (not live: decode_unit decides)
 }
 
 // The unit whose tokens are `x` (decode_unit_tokens), with its liveness and read slot.
@@ -273,7 +272,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int lr = lane % Tr::kLanesPerRow, row_group = lane / Tr::kLanesPerRow;
   State* const pool = static_cast<State*>(a.state);
-  auto head_offset = [&](const KdaDecodeUnit& x) { return int64_t(x.hv) * D * D + int64_t(x.slice) * Tr::kRows * D; };
 
   // Thread 0 reads the CTA's unit (decode_unit) into sm.unit and, if it is live, issues the bulk copy
   // of each pass's rows, in flight while the CTA prepares the token vectors below. Every decision a
@@ -281,18 +279,20 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   // from that one reading (taken after the barrier that ends the token vectors), so the copy, the wait
   // for it and the write-back agree even if the caller changed cu_seqlens, num_accepted or the slots
   // during the call (a wait on a copy never issued would hang the CTA). The token vectors are made
-  // from each thread's own reading of the token range, at once, not after a barrier that waits for
-  // thread 0's (measured on an H100: the small batches 1-3 % faster, b64_t4_fp32 4 % and the bf16
-  // T = 4 rows 3-4 %; docs/perf_log.md session 28); their loads stay inside the tensors whatever it
-  // says, and only a caller racing the call could make it differ from thread 0's.
+  // from each thread's own reading of the token range, at once: waiting at a barrier for thread 0's
+  // reading first measured 1-4 % slower on most rows and 3-4 % on the bf16 T = 4 ones (H100,
+  // docs/perf_log.md session 28). Their loads stay inside the tensors whatever that reading says, and
+  // only a caller racing the call could make it differ from thread 0's.
   const KdaDecodeUnit own = decode_unit_tokens<Tr>(a, int64_t(blockIdx.x));
+  // (the unit's head and slice are blockIdx.x's: the same in every thread's reading)
+  const int64_t head_offset = int64_t(own.hv) * D * D + int64_t(own.slice) * Tr::kRows * D;
   if (tid == 0) {
 #pragma unroll
     for (int p = 0; p < Tr::kRowPasses_; ++p) mbarrier_init(&sm.state_loaded[p], 1);
     const KdaDecodeUnit x = decode_unit(a, own);
     sm.unit = x;
     if (x.live) {
-      const State* src = pool + int64_t(x.read_slot) * a.heads_v * D * D + head_offset(x);
+      const State* src = pool + int64_t(x.read_slot) * a.heads_v * D * D + head_offset;
 #pragma unroll
       for (int p = 0; p < Tr::kRowPasses_; ++p) {
         mbarrier_arrive_expect_tx(&sm.state_loaded[p], Tr::kPassBytes);
@@ -395,7 +395,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       for (int j = 0; j < Tr::kChunks; ++j) load_state_vec(&sm.state[row_of(i)][Tr::column(lr, j, 0)], &s[i][j * kVec]);
 
     auto store_rows = [&](int64_t slot) {
-      State* dst = pool + slot * a.heads_v * D * D + head_offset(own);
+      State* dst = pool + slot * a.heads_v * D * D + head_offset;
 #pragma unroll
       for (int i = 0; i < RPT; ++i)
 #pragma unroll

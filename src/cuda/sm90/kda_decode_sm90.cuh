@@ -256,7 +256,9 @@ struct KdaDecodeSmem {
   float kq[Tr::kMaxTokens];                // k_hat · q_tilde
   int64_t write_slot[Tr::kMaxTokens];      // speculative: slot of the state after token t, or -1
   uint64_t state_loaded[Tr::kRowPasses_];  // mbarriers of the bulk copies, one a pass
-  KdaDecodeUnit unit;                      // the CTA's unit, as thread 0 read it when it issued the copies
+  int64_t read_slot;  // the slot thread 0 copied the rows from, or -1: the unit is not live (decode_unit)
+  int64_t out_begin;  // thread 0's token range, which the rows of out written at the end follow
+  int out_length;
 };
 
 // One CTA a work unit: unit blockIdx.x (grid = sequences × heads × Tr::kSlices).
@@ -273,16 +275,18 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   const int lr = lane % Tr::kLanesPerRow, row_group = lane / Tr::kLanesPerRow;
   State* const pool = static_cast<State*>(a.state);
 
-  // Thread 0 reads the CTA's unit (decode_unit) into sm.unit and, if it is live, issues the bulk copy
-  // of each pass's rows, in flight while the CTA prepares the token vectors below. Every decision a
-  // barrier or a copy depends on -- whether the unit is live, its slot, the tokens it walks -- comes
-  // from that one reading (taken after the barrier that ends the token vectors), so the copy, the wait
-  // for it and the write-back agree even if the caller changed cu_seqlens, num_accepted or the slots
-  // during the call (a wait on a copy never issued would hang the CTA). The token vectors are made
-  // from each thread's own reading of the token range, at once: waiting at a barrier for thread 0's
-  // reading first measured 1-4 % slower on most rows and 3-4 % on the bf16 T = 4 ones (H100,
-  // docs/perf_log.md session 28). Their loads stay inside the tensors whatever that reading says, and
-  // only a caller racing the call could make it differ from thread 0's.
+  // Thread 0 reads the CTA's unit (decode_unit) and, if it is live, issues the bulk copy of each
+  // pass's rows, in flight while the CTA prepares the token vectors below; it leaves the slot it
+  // copied from (or -1) in sm.read_slot. Whether the CTA waits for a copy and where the rows go back
+  // follow that one reading, taken after the barrier that ends the token vectors, so the copy, the
+  // wait for it and the write-back agree even if the caller changed cu_seqlens, num_accepted or the
+  // slots during the call (a wait on a copy never issued would hang the CTA). Everything else --
+  // the token vectors and the walk's tokens -- comes from each thread's own reading of the token
+  // range, at once, as before thread 0 read the unit: waiting at a barrier for thread 0's reading
+  // first measured 1-4 % slower on most rows, and taking the walk's tokens from shared memory 9-14 %
+  // on the bf16 T = 4 ones (H100, docs/perf_log.md session 28). Those loads and the walk stay inside
+  // the tensors and buffers whatever a reading says; only a caller racing the call could make two
+  // readings differ.
   const KdaDecodeUnit own = decode_unit_tokens<Tr>(a, int64_t(blockIdx.x));
   // (the unit's head and slice are blockIdx.x's: the same in every thread's reading)
   const int64_t head_offset = int64_t(own.hv) * D * D + int64_t(own.slice) * Tr::kRows * D;
@@ -290,7 +294,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 #pragma unroll
     for (int p = 0; p < Tr::kRowPasses_; ++p) mbarrier_init(&sm.state_loaded[p], 1);
     const KdaDecodeUnit x = decode_unit(a, own);
-    sm.unit = x;
+    sm.read_slot = x.live ? int64_t(x.read_slot) : -1;
+    sm.out_begin = x.begin, sm.out_length = x.length;
     if (x.live) {
       const State* src = pool + int64_t(x.read_slot) * a.heads_v * D * D + head_offset;
 #pragma unroll
@@ -376,11 +381,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       sm.kq[t] = kq;
     }
   }
-  __syncthreads();  // the token vectors, sm.unit and the mbarriers' initialisation for every thread
-  const KdaDecodeUnit x = sm.unit;
-  if (!x.live) return;  // (the same unit for the whole CTA: a uniform return)
-  const int length = x.length;
-  const int64_t begin = x.begin;
+  __syncthreads();  // the token vectors, sm.read_slot and the mbarriers' initialisation for every thread
+  const int64_t read_slot = sm.read_slot;
+  if (read_slot < 0) return;  // not live (the same word for the whole CTA: a uniform return)
+  // The walk's token count is this thread's own reading: no CTA barrier lies inside the walk, so
+  // threads that read differently (a caller changing cu_seqlens during the call) walk different
+  // counts of tokens inside the buffers, without a hang or an access out of bounds.
+  const int length = own.length;
 
   // ---- the passes: this thread's rows of pass `pass` into registers, the tokens, the rows back ----
 #pragma unroll 1
@@ -462,13 +469,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     // One slot per sequence: the state after the last token goes back where it came from, in place
     // (the pass's bulk copy completed before any thread got past its mbarrier_wait, and each thread
     // writes only its rows; the other pass's rows are other bytes).
-    if (!speculative) store_rows(int64_t(x.read_slot));
+    if (!speculative) store_rows(read_slot);
   }
 
   // ---- out: 16-byte pieces of 8 rows, from the staging buffer ----
   __syncthreads();
   constexpr int kPieces = Tr::kRows / 8;
-  if (tid < length * kPieces) {
+  const int64_t begin = sm.out_begin;
+  if (tid < sm.out_length * kPieces) {
     const int t = tid / kPieces, piece = tid % kPieces;
     uint16_t* dst =
         a.out + batch_row * a.out_s[0] + (begin + t) * a.out_s[1] + hv * a.out_s[2] + slice * Tr::kRows + piece * 8;

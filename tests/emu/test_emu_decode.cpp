@@ -187,6 +187,15 @@ std::vector<DecodeCase> decode_cases() {
     sp.name = "softplus_strong_decay_" + d;  // factors that underflow (flushed to 0) and softplus(x) = x
     sp.cfg.g_offset = 25.0f;
     cases.push_back(sp);
+    // The sigmoid gate at its floor over 8 tokens: every column decays by e^(8 lower_bound) in the
+    // step, the folded walk's smallest products (its k_hat / c_t up to ~1e17).
+    DecodeCase floor_decay;
+    floor_decay.name = "sigmoid_floor_decay_t8_" + d;
+    floor_decay.cfg.batch = 4;
+    floor_decay.cfg.seqlen = 8;
+    floor_decay.cfg.state_dtype = dtype;
+    floor_decay.cfg.g_offset = 25.0f;
+    cases.push_back(floor_decay);
     DecodeCase neg;
     neg.name = "neg_eigval_no_A_log_" + d;
     neg.cfg.batch = 4;

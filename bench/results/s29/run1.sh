@@ -1,12 +1,14 @@
 #!/bin/bash
-# Session 29, call 1 (H200): main (m = 08e6317) and the decode variant d1 (the walk's token count
-# from each thread's own reading; thread 0's reading only decides liveness, slot and out's rows).
-#   1. the decode table, m and d1 alternating, two rounds; d1's decode GPU tests, memcheck, racecheck;
+# Session 29, call 1: main (m = 08e6317) and two decode variants: d1 (e14e42c: the walk's token
+# count from each thread's own reading; thread 0's reading only decides liveness, slot and out's
+# rows) and d2 (d1 with the decays folded into the token vectors for steps of several tokens).
+#   1. the decode table, m, d1 and d2 alternating, two rounds; d1's and d2's decode GPU tests,
+#      memcheck, racecheck;
 #   2. m's forward GPU tests (every plan), its prefill table from CUDA graphs (both BENCH tables);
 #   3. the checkpoint cost: --ckpt 1024 against none, alternating, two rounds (issue 14);
 #   4. the Python suite (pip install .) with FlashKDA (.anchors/) and fla (.whl/) timed in the same run.
 #   OUT=<dir> bash bench/results/s29/run1.sh <commit>
-# (builds: build-s29/s29a.tar.xz with m/ and d1/; bench/results/s29/README.md)
+# (builds: build-s29/s29a.tar.xz with m/ and d1/, s29b.tar.xz with d2/; bench/results/s29/README.md)
 set -u
 D=$OUT
 S=$SECONDS
@@ -14,18 +16,23 @@ t() { echo "[$((SECONDS - S))s]"; }
 exec > >(tee $D/log.txt) 2>&1
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
 tar -xJf build-s29/s29a.tar.xz -C build-s29
-M=build-s29/m N=build-s29/d1
+tar -xJf build-s29/s29b.tar.xz -C build-s29
+M=build-s29/m
 mkdir -p $D/raw/dec
 echo "== 1. decode $(t)"
-for r in 1 2; do for b in m d1; do
+for r in 1 2; do for b in m d1 d2; do
   build-s29/$b/kda_bench decode --reps 30 --json $D/raw/dec/${b}_$r.json > $D/raw/dec/${b}_$r.txt 2>&1
 done; done
-python3 bench/results/s27/dec_table.py $D/raw/dec m d1
-timeout 100 $N/test_cuda_decode > $D/raw/test_cuda_decode_d1.log 2>&1
-echo "d1 test_cuda_decode rc=$? ok=$(grep -cE '^\[       OK \]' $D/raw/test_cuda_decode_d1.log) failed=$(grep -cE '^\[  FAILED  \]' $D/raw/test_cuda_decode_d1.log) $(t)"
-for tool in memcheck racecheck; do
-  timeout 90 compute-sanitizer --tool $tool $N/test_cuda_sanitize --gtest_filter='*Decode*' > $D/raw/san_d1_$tool.log 2>&1
-  echo "d1 decode $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $D/raw/san_d1_$tool.log | tail -1) $(t)"
+python3 bench/results/s27/dec_table.py $D/raw/dec m d1 d2
+for b in d2 d1; do
+  N=build-s29/$b
+  timeout 100 $N/test_cuda_decode > $D/raw/test_cuda_decode_$b.log 2>&1
+  echo "$b test_cuda_decode rc=$? ok=$(grep -cE '^\[       OK \]' $D/raw/test_cuda_decode_$b.log) failed=$(grep -cE '^\[  FAILED  \]' $D/raw/test_cuda_decode_$b.log) $(t)"
+  grep -E "^\[  FAILED|Failure" $D/raw/test_cuda_decode_$b.log | head -5
+  for tool in memcheck racecheck; do
+    timeout 90 compute-sanitizer --tool $tool $N/test_cuda_sanitize --gtest_filter='*Decode*' > $D/raw/san_${b}_$tool.log 2>&1
+    echo "$b decode $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $D/raw/san_${b}_$tool.log | tail -1) $(t)"
+  done
 done
 echo "== 2. forward $(t)"
 for x in test_cuda_forward test_cuda_checkpoints test_cuda_prefill_pool; do

@@ -259,6 +259,8 @@ struct KdaDecodeSmem {
   int64_t read_slot;  // the slot thread 0 copied the rows from, or -1: the unit is not live (decode_unit)
   int64_t out_begin;  // thread 0's token range, which the rows of out written at the end follow
   int out_length;
+  int fold_unsafe;                    // some column's decay product is out of the folded walk's range
+  alignas(16) float decay[Tr::kDim];  // the folded walk: c_T, each column's decay over the step's tokens
 };
 
 // One CTA a work unit: unit blockIdx.x (grid = sequences × heads × Tr::kSlices).
@@ -296,6 +298,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     const KdaDecodeUnit x = decode_unit(a, own);
     sm.read_slot = x.live ? int64_t(x.read_slot) : -1;
     sm.out_begin = x.begin, sm.out_length = x.length;
+    sm.fold_unsafe = 0;
     if (x.live) {
       const State* src = pool + int64_t(x.read_slot) * a.heads_v * D * D + head_offset;
 #pragma unroll
@@ -389,88 +392,159 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   // counts of tokens inside the buffers, without a hang or an access out of bounds.
   const int length = own.length;
 
-  // ---- the passes: this thread's rows of pass `pass` into registers, the tokens, the rows back ----
-#pragma unroll 1
-  for (int pass = 0; pass < Tr::kRowPasses_; ++pass) {
-    // (row within the slice)
-    auto row_of = [&](int i) { return ((pass * Tr::kWarps + warp) * RPT + i) * Tr::kRowGroups + row_group; };
-    float s[RPT][Tr::kCols];
-    mbarrier_wait(&sm.state_loaded[pass], 0);
+  // ---- several tokens a step: the decays folded into the token vectors ----
+  // With c_t = alpha_1 ⊙ ... ⊙ alpha_t (per column) and S = S~ ⊙ c_t (S~ starts as S), token t is
+  //   pk = S~ (c_t ⊙ k_hat),  pq = S~ (c_t ⊙ q_tilde),  S~ += delta (k_hat / c_t)ᵀ,
+  // and the state after the last token T is S~ ⊙ c_T: three operations an element and token instead
+  // of four, and one more at the end (docs/serving.md, "The decode kernel (sm_90a)"). Exact in real
+  // arithmetic; in fp32 each S~ entry carries terms scaled by 1 / c_t, which only the range can
+  // spoil: the step folds only where every column's c_T lies in [2^-64, 1] (k_hat / c_t at most
+  // 2^64; a NaN fails the test), else it walks as one token at a time. Not with one token (nothing
+  // to save) nor speculative steps (every token's state is stored, which would cost the
+  // multiplication back each token). Thread d prepares column d; thread 0's token count decides for
+  // the whole CTA (the barriers below are the CTA's), and a thread whose own count differs (a
+  // caller racing the call) reads vectors inside the buffers either way.
+  bool folded = false;
+  const int fold_length = sm.out_length;
+  if (!speculative && fold_length >= 2) {
+    float c = 1.f, kc[Tr::kMaxTokens], qc[Tr::kMaxTokens], kd[Tr::kMaxTokens];
 #pragma unroll
-    for (int i = 0; i < RPT; ++i)
+    for (int t = 0; t < Tr::kMaxTokens; ++t) {
+      if (t < fold_length) {
+        c *= sm.alpha[t][tid];
+        const float k = sm.k_hat[t][tid];
+        kc[t] = c * k;
+        qc[t] = c * sm.q_tilde[t][tid];
+        kd[t] = k / c;
+      }
+    }
+    if (!(c >= 0x1p-64f && c <= 1.0f)) sm.fold_unsafe = 1;
+    sm.decay[tid] = c;
+    __syncthreads();
+    folded = sm.fold_unsafe == 0;
+    if (folded) {
 #pragma unroll
-      for (int j = 0; j < Tr::kChunks; ++j) load_state_vec(&sm.state[row_of(i)][Tr::column(lr, j, 0)], &s[i][j * kVec]);
+      for (int t = 0; t < Tr::kMaxTokens; ++t) {
+        if (t < fold_length) {
+          sm.k_hat[t][tid] = kc[t];
+          sm.q_tilde[t][tid] = qc[t];
+          sm.alpha[t][tid] = kd[t];
+        }
+      }
+    }
+    __syncthreads();
+  }
 
-    auto store_rows = [&](int64_t slot) {
-      State* dst = pool + slot * a.heads_v * D * D + head_offset;
+  // ---- the passes: this thread's rows of pass `pass` into registers, the tokens, the rows back ----
+  // (kFold: the folded walk above; sm.k_hat, q_tilde and alpha then hold c_t ⊙ k_hat, c_t ⊙ q_tilde
+  // and k_hat / c_t)
+  auto walk = [&](auto fold) {
+    constexpr bool kFold = decltype(fold)::value;
+#pragma unroll 1
+    for (int pass = 0; pass < Tr::kRowPasses_; ++pass) {
+      // (row within the slice)
+      auto row_of = [&](int i) { return ((pass * Tr::kWarps + warp) * RPT + i) * Tr::kRowGroups + row_group; };
+      float s[RPT][Tr::kCols];
+      mbarrier_wait(&sm.state_loaded[pass], 0);
 #pragma unroll
       for (int i = 0; i < RPT; ++i)
 #pragma unroll
         for (int j = 0; j < Tr::kChunks; ++j)
-          store_state_vec(dst + row_of(i) * D + Tr::column(lr, j, 0), &s[i][j * kVec]);
-    };
+          load_state_vec(&sm.state[row_of(i)][Tr::column(lr, j, 0)], &s[i][j * kVec]);
 
-    // ---- the tokens ----
-    for (int t = 0; t < length; ++t) {
-      float pk[RPT], pq[RPT];
+      auto store_rows = [&](int64_t slot) {
+        State* dst = pool + slot * a.heads_v * D * D + head_offset;
 #pragma unroll
-      for (int i = 0; i < RPT; ++i) pk[i] = pq[i] = 0.f;
+        for (int i = 0; i < RPT; ++i)
 #pragma unroll
-      for (int j = 0; j < Tr::kChunks; ++j) {
+          for (int j = 0; j < Tr::kChunks; ++j)
+            store_state_vec(dst + row_of(i) * D + Tr::column(lr, j, 0), &s[i][j * kVec]);
+      };
+
+      // ---- the tokens ----
+      for (int t = 0; t < length; ++t) {
+        float pk[RPT], pq[RPT];
 #pragma unroll
-        for (int e4 = 0; e4 < kVec; e4 += 4) {
-          const int c = Tr::column(lr, j, e4);
-          const float4 al = *reinterpret_cast<const float4*>(&sm.alpha[t][c]);
-          const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][c]);
-          const float4 qt = *reinterpret_cast<const float4*>(&sm.q_tilde[t][c]);
-          const float alv[4] = {al.x, al.y, al.z, al.w}, khv[4] = {kh.x, kh.y, kh.z, kh.w};
-          const float qtv[4] = {qt.x, qt.y, qt.z, qt.w};
+        for (int i = 0; i < RPT; ++i) pk[i] = pq[i] = 0.f;
 #pragma unroll
-          for (int i = 0; i < RPT; ++i)
+        for (int j = 0; j < Tr::kChunks; ++j) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              float& v = s[i][j * kVec + e4 + e];
-              v *= alv[e];
-              pk[i] = fmaf(v, khv[e], pk[i]);
-              pq[i] = fmaf(v, qtv[e], pq[i]);
+          for (int e4 = 0; e4 < kVec; e4 += 4) {
+            const int c = Tr::column(lr, j, e4);
+            const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][c]);
+            const float4 qt = *reinterpret_cast<const float4*>(&sm.q_tilde[t][c]);
+            const float khv[4] = {kh.x, kh.y, kh.z, kh.w}, qtv[4] = {qt.x, qt.y, qt.z, qt.w};
+            float alv[4] = {};
+            if constexpr (!kFold) {
+              const float4 al = *reinterpret_cast<const float4*>(&sm.alpha[t][c]);
+              alv[0] = al.x, alv[1] = al.y, alv[2] = al.z, alv[3] = al.w;
             }
-        }
-      }
 #pragma unroll
-      for (int o = 1; o < Tr::kLanesPerRow; o <<= 1)
+            for (int i = 0; i < RPT; ++i)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                float& v = s[i][j * kVec + e4 + e];
+                if constexpr (!kFold) v *= alv[e];
+                pk[i] = fmaf(v, khv[e], pk[i]);
+                pq[i] = fmaf(v, qtv[e], pq[i]);
+              }
+          }
+        }
+#pragma unroll
+        for (int o = 1; o < Tr::kLanesPerRow; o <<= 1)
+#pragma unroll
+          for (int i = 0; i < RPT; ++i) {
+            pk[i] += __shfl_xor_sync(0xffffffffu, pk[i], o);
+            pq[i] += __shfl_xor_sync(0xffffffffu, pq[i], o);
+          }
+        const float beta = sm.beta[t], kq = sm.kq[t];
+        float delta[RPT];
 #pragma unroll
         for (int i = 0; i < RPT; ++i) {
-          pk[i] += __shfl_xor_sync(0xffffffffu, pk[i], o);
-          pq[i] += __shfl_xor_sync(0xffffffffu, pq[i], o);
+          delta[i] = beta * (sm.v[t][row_of(i)] - pk[i]);
+          if (lr == 0) sm.out[t][row_of(i)] = __float2bfloat16_rn(fmaf(delta[i], kq, pq[i]));
         }
-      const float beta = sm.beta[t], kq = sm.kq[t];
-      float delta[RPT];
 #pragma unroll
-      for (int i = 0; i < RPT; ++i) {
-        delta[i] = beta * (sm.v[t][row_of(i)] - pk[i]);
-        if (lr == 0) sm.out[t][row_of(i)] = __float2bfloat16_rn(fmaf(delta[i], kq, pq[i]));
-      }
+        for (int j = 0; j < Tr::kChunks; ++j)
 #pragma unroll
-      for (int j = 0; j < Tr::kChunks; ++j)
+          for (int e4 = 0; e4 < kVec; e4 += 4) {
+            // (folded: k_hat / c_t, in sm.alpha)
+            const float4 kh = *reinterpret_cast<const float4*>(kFold ? &sm.alpha[t][Tr::column(lr, j, e4)]
+                                                                     : &sm.k_hat[t][Tr::column(lr, j, e4)]);
+            const float khv[4] = {kh.x, kh.y, kh.z, kh.w};
 #pragma unroll
-        for (int e4 = 0; e4 < kVec; e4 += 4) {
-          const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][Tr::column(lr, j, e4)]);
-          const float khv[4] = {kh.x, kh.y, kh.z, kh.w};
+            for (int i = 0; i < RPT; ++i)
 #pragma unroll
-          for (int i = 0; i < RPT; ++i)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[i][j * kVec + e4 + e] = fmaf(delta[i], khv[e], s[i][j * kVec + e4 + e]);
+              for (int e = 0; e < 4; ++e) s[i][j * kVec + e4 + e] = fmaf(delta[i], khv[e], s[i][j * kVec + e4 + e]);
+          }
+        if (speculative) {
+          const int64_t slot = sm.write_slot[t];
+          if (slot >= 0) store_rows(slot);
         }
-      if (speculative) {
-        const int64_t slot = sm.write_slot[t];
-        if (slot >= 0) store_rows(slot);
       }
+      // One slot per sequence: the state after the last token goes back where it came from, in place
+      // (the pass's bulk copy completed before any thread got past its mbarrier_wait, and each thread
+      // writes only its rows; the other pass's rows are other bytes).
+      if constexpr (kFold) {  // S = S~ ⊙ c_T
+#pragma unroll
+        for (int j = 0; j < Tr::kChunks; ++j)
+#pragma unroll
+          for (int e4 = 0; e4 < kVec; e4 += 4) {
+            const float4 c4 = *reinterpret_cast<const float4*>(&sm.decay[Tr::column(lr, j, e4)]);
+            const float cv[4] = {c4.x, c4.y, c4.z, c4.w};
+#pragma unroll
+            for (int i = 0; i < RPT; ++i)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) s[i][j * kVec + e4 + e] *= cv[e];
+          }
+      }
+      if (!speculative) store_rows(read_slot);
     }
-    // One slot per sequence: the state after the last token goes back where it came from, in place
-    // (the pass's bulk copy completed before any thread got past its mbarrier_wait, and each thread
-    // writes only its rows; the other pass's rows are other bytes).
-    if (!speculative) store_rows(read_slot);
-  }
+  };
+  if (folded)
+    walk(std::true_type{});
+  else
+    walk(std::false_type{});
 
   // ---- out: 16-byte pieces of 8 rows, from the staging buffer ----
   __syncthreads();
@@ -533,11 +607,9 @@ inline int decode_rows_per_thread(int64_t pairs, int64_t D, int sm_count) {
 // and the SM keeps the same bytes in flight (with one pass, 16 KB a CTA and 4 CTAs an SM: half as
 // many). Else 1: with several tokens a step the second pass repeats the tokens' work and measured
 // slower (docs/perf_log.md, session 18).
-inline int decode_row_passes(DType state, int64_t pairs, int64_t D, int rows_per_thread, int sm_count,
-                             bool one_token) {
-  return one_token && state == DType::kBF16 && D == 128 && rows_per_thread == 4 && pairs >= 4 * int64_t(sm_count)
-             ? 2
-             : 1;
+inline int decode_row_passes(DType state, int64_t pairs, int64_t D, int rows_per_thread, int sm_count, bool one_token) {
+  return one_token && state == DType::kBF16 && D == 128 && rows_per_thread == 4 && pairs >= 4 * int64_t(sm_count) ? 2
+                                                                                                                  : 1;
 }
 
 // The kernel's shape for a problem: decode_rows_per_thread's rows and decode_row_passes's passes.

@@ -7,7 +7,7 @@
 #   2. m's forward GPU tests (every plan), its prefill table from CUDA graphs (both BENCH tables);
 #   3. the checkpoint cost: --ckpt 1024 against none, alternating, two rounds (issue 14);
 #   4. the Python suite (pip install .) with FlashKDA (.anchors/) and fla (.whl/) timed in the same run.
-#   OUT=<dir> bash bench/results/s29/run1.sh <commit>
+#   OUT=<dir> [ONLY_DECODE=1] bash bench/results/s29/run1.sh <commit>   (ONLY_DECODE: section 1 alone)
 # (builds: build-s29/s29a.tar.xz with m/ and d1/, s29b.tar.xz with d2/; bench/results/s29/README.md)
 set -u
 D=$OUT
@@ -34,6 +34,7 @@ for b in d2 d1; do
     echo "$b decode $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $D/raw/san_${b}_$tool.log | tail -1) $(t)"
   done
 done
+[ -n "${ONLY_DECODE:-}" ] && { tar czf $D/raw.tgz -C $D raw && rm -rf $D/raw; echo "== done (decode only) $(t)"; exit 0; }
 echo "== 2. forward $(t)"
 for x in test_cuda_forward test_cuda_checkpoints test_cuda_prefill_pool; do
   timeout 120 $M/$x > $D/raw/$x.log 2>&1

@@ -21,6 +21,7 @@ struct DecodeCase {
   GateForm gate = GateForm::kSigmoid;  // the gate forms, as in Case
   bool no_A_log = false, neg_eigval = false;
   Extreme extreme = Extreme::kNone;
+  float g_shift = 0.f;    // added to every gate logit, as Case::g_shift
   int dim = kDefaultDim;  // K = V: 128 or 64
 };
 
@@ -37,6 +38,7 @@ DecodeSetup make_decode_setup(const DecodeCase& dc) {
   Case c = forward_case(dc);
   c.HV = dc.HV;
   c.extreme = dc.extreme;
+  c.g_shift = dc.g_shift;
   DecodeSetup d;
   d.h = make_inputs(c);
   const int64_t N = d.h.N, HV = d.h.HV, S = dc.S;
@@ -152,6 +154,10 @@ std::vector<DecodeCase> decode_cases() {
   add(decode_varlen("varlen 1/0/8/3", {1, 0, 8, 3}));
   c = decode_fixed("padding T=3 fp32", 4, 3); c.padding = true; add(c);
   c = decode_fixed("padding T=1 bf16", 4, 1); c.padding = true; c.state = DType::kBF16; add(c);
+  // The sigmoid gate at its floor: each column decays by e^-5 a token, e^-40 over the step (the
+  // smallest decay products a step folds into its token vectors, kda_decode_sm90.cuh).
+  c = decode_fixed("sigmoid floor g+25 T=8", 5, 8); c.g_shift = 25.f; add(c);
+  c = decode_fixed("sigmoid floor g+25 T=8 bf16", 5, 8); c.g_shift = 25.f; c.state = DType::kBF16; add(c);
   c = decode_fixed("spec S=4 T=4 accepted", 5, 4); c.S = 4; c.accepted = true; add(c);
   c = decode_fixed("spec S=4 T=2 stride 6 bf16", 5, 2); c.S = 4; c.stride = 6; c.accepted = true; c.state = DType::kBF16; add(c);
   c = decode_fixed("spec S=8 T=8 column 0", 3, 8); c.S = 8; add(c);

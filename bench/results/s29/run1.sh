@@ -4,7 +4,8 @@
 # rows) and d2 (d1 with the decays folded into the token vectors for steps of several tokens).
 #   1. the decode table, m, d1 and d2 alternating, two rounds; d1's and d2's decode GPU tests,
 #      memcheck, racecheck;
-#   2. m's forward GPU tests (every plan), its prefill table from CUDA graphs (both BENCH tables);
+#   2. m's forward GPU tests (every plan), its prefill table from CUDA graphs (both BENCH tables),
+#      the filled rows under the automatic, fused and prepared plans;
 #   3. the checkpoint cost: --ckpt 1024 against none, alternating, two rounds (issue 14);
 #   4. the Python suite (pip install .) with FlashKDA (.anchors/) and fla (.whl/) timed in the same run.
 #   OUT=<dir> [ONLY_DECODE=1] bash bench/results/s29/run1.sh <commit>   (ONLY_DECODE: section 1 alone)
@@ -43,6 +44,10 @@ for x in test_cuda_forward test_cuda_checkpoints test_cuda_prefill_pool; do
 done
 $M/kda_bench prefill --reps 10 --graph --json $D/raw/prefill_m.json > $D/raw/prefill_m.txt 2>&1
 grep -E "ms|case" $D/raw/prefill_m.txt | head -40
+echo "== 2b. filled rows under each plan $(t)"
+$M/kda_bench prefill --reps 10 --graph --plans auto,fused,prepared fixed96 fixed64 b16x2048_32 varlen6_96 \
+  v1024x8_96 varlen6_64 v1024x8_64 --json $D/raw/plans_m.json > $D/raw/plans_m.txt 2>&1
+grep -E "ms|case" $D/raw/plans_m.txt | head -30
 echo "== 3. checkpoint cost $(t)"
 printf '#!/bin/bash\nexec %s "$@" --ckpt 1024\n' "$PWD/$M/kda_bench" > /tmp/kda_bench_ckpt && chmod +x /tmp/kda_bench_ckpt
 OUT=$D/raw/ckpt bash scripts/ab_bench.sh $M/kda_bench /tmp/kda_bench_ckpt 2 -- prefill --reps 10 --graph \

@@ -2,12 +2,13 @@
 # Session 29, call 1: main (m = 08e6317) and two decode variants: d1 (e14e42c: the walk's token
 # count from each thread's own reading; thread 0's reading only decides liveness, slot and out's
 # rows) and d2 (d1 with the decays folded into the token vectors for steps of several tokens).
-#   1. the decode table, m, d1 and d2 alternating, two rounds; d1's and d2's decode GPU tests,
+#   1. the decode table, m, d1 and d2 alternating, two rounds; d2's decode GPU tests,
 #      memcheck, racecheck;
 #   2. m's forward GPU tests (every plan), its prefill table from CUDA graphs (both BENCH tables),
 #      the filled rows under the automatic, fused and prepared plans;
 #   3. the checkpoint cost: --ckpt 1024 against none, alternating, two rounds (issue 14);
-#   4. the Python suite (pip install .) with FlashKDA (.anchors/) and fla (.whl/) timed in the same run.
+#   4. the Python suite (pip install .) with FlashKDA (.anchors/) timed in the same run (fla on the
+#      cases in RUN_FLA, default none: run6.sh).
 #   OUT=<dir> [ONLY_DECODE=1] bash bench/results/s29/run1.sh <commit>   (ONLY_DECODE: section 1 alone)
 # (builds: build-s29/s29a.tar.xz with m/ and d1/, s29b.tar.xz with d2/; bench/results/s29/README.md)
 set -u
@@ -25,7 +26,7 @@ for r in 1 2; do for b in m d1 d2; do
   build-s29/$b/kda_bench decode --reps 30 --json $D/raw/dec/${b}_$r.json > $D/raw/dec/${b}_$r.txt 2>&1
 done; done
 python3 bench/results/s27/dec_table.py $D/raw/dec m d1 d2
-for b in d2 d1; do
+for b in d2; do
   N=build-s29/$b
   timeout 100 $N/test_cuda_decode > $D/raw/test_cuda_decode_$b.log 2>&1
   echo "$b test_cuda_decode rc=$? ok=$(grep -cE '^\[       OK \]' $D/raw/test_cuda_decode_$b.log) failed=$(grep -cE '^\[  FAILED  \]' $D/raw/test_cuda_decode_$b.log) $(t)"
@@ -55,6 +56,6 @@ OUT=$D/raw/ckpt bash scripts/ab_bench.sh $M/kda_bench /tmp/kda_bench_ckpt 2 -- p
 tar czf $D/raw.tgz -C $D raw && rm -rf $D/raw
 echo "== 4. Python suite $(t)"
 mkdir -p $D/py
-OUT=$D/py RUN6_LIMIT=$((590 - (SECONDS - S))) bash bench/results/s19/run6.sh ${1:-unknown} > /dev/null 2>&1
+OUT=$D/py RUN_FLA=${RUN_FLA:-none} RUN6_LIMIT=$((590 - (SECONDS - S))) bash bench/results/s19/run6.sh ${1:-unknown} > /dev/null 2>&1
 cat $D/py/log_bench.txt
 echo "== done $(t)"

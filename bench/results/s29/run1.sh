@@ -9,7 +9,8 @@
 #   3. the checkpoint cost: --ckpt 1024 against none, alternating, two rounds (issue 14);
 #   4. the Python suite (pip install .) with FlashKDA (.anchors/) timed in the same run (fla on the
 #      cases in RUN_FLA, default none: run6.sh).
-#   OUT=<dir> [ONLY_DECODE=1] bash bench/results/s29/run1.sh <commit>   (ONLY_DECODE: section 1 alone)
+#   OUT=<dir> [ONLY_DECODE=1] [NO_SUITE=1] bash bench/results/s29/run1.sh <commit>
+#   (ONLY_DECODE: section 1 alone; NO_SUITE: sections 1-3)
 # (builds: build-s29/s29a.tar.xz with m/ and d1/, s29b.tar.xz with d2/; bench/results/s29/README.md)
 set -u
 D=$OUT
@@ -54,6 +55,7 @@ printf '#!/bin/bash\nexec %s "$@" --ckpt 1024\n' "$PWD/$M/kda_bench" > /tmp/kda_
 OUT=$D/raw/ckpt bash scripts/ab_bench.sh $M/kda_bench /tmp/kda_bench_ckpt 2 -- prefill --reps 10 --graph \
   fixed96 fixed32 fixed16 fixed12 h8_8k h4_64k long64k_32 | grep -v "^== round"
 tar czf $D/raw.tgz -C $D raw && rm -rf $D/raw
+[ -n "${NO_SUITE:-}" ] && { echo "== done (no suite) $(t)"; exit 0; }
 echo "== 4. Python suite $(t)"
 mkdir -p $D/py
 OUT=$D/py RUN_FLA=${RUN_FLA:-none} RUN6_LIMIT=$((590 - (SECONDS - S))) bash bench/results/s19/run6.sh ${1:-unknown} > /dev/null 2>&1

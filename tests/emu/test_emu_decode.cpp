@@ -36,6 +36,7 @@ namespace sm90 = cuda::sm90;
 // (same layout).
 struct EmuShape {
   int rows = 0, passes = 0;
+  int fold = -1;  // multi-token steps fold the decays: -1 as the library (kDecodeFoldSteps), 0 no, 1 yes
 };
 
 Status emulated_decode(DecodeParams p, int sm_count, EmuShape force, const int32_t* kernel_indices, EmuShape* used) {
@@ -48,6 +49,7 @@ Status emulated_decode(DecodeParams p, int sm_count, EmuShape force, const int32
   if (N == 0 || p.seqlen == 0) return Status::Ok();
   sm90::KdaDecodeArgs a = sm90::decode_kernel_args(p);
   if (kernel_indices) a.state_indices = kernel_indices;
+  if (force.fold >= 0) a.fold_steps = force.fold == 1;
   const int64_t D = p.head_dim_k, pairs = N * HV;
   sm90::DecodeShape shape =
       sm90::decode_shape(p.state_dtype, pairs, D, sm_count, p.cu_seqlens == nullptr && p.seqlen == 1);
@@ -79,6 +81,7 @@ struct DecodeCase {
   bool accepted = false;  // speculative with num_accepted_tokens
   int expect_rows = 0;    // the dispatcher must choose this (0: not checked)
   int expect_passes = 0;  // and this
+  int fold = -1;          // EmuShape::fold
 };
 
 std::ostream& operator<<(std::ostream& os, const DecodeCase& c) { return os << c.name; }
@@ -280,7 +283,7 @@ TEST_P(EmulatedDecode, MatchesTheFloat64Reference) {
   d.out = out.data();
   d.state = pool.data();
   EmuShape used;
-  s = emulated_decode(d, c.sm_count, EmuShape{c.rows, c.passes}, kernel_indices.data(), &used);
+  s = emulated_decode(d, c.sm_count, EmuShape{c.rows, c.passes, c.fold}, kernel_indices.data(), &used);
   ASSERT_TRUE(s.ok()) << s.message;
   const int rows_used = used.rows, passes_used = used.passes;
   if (c.expect_rows) EXPECT_EQ(rows_used, c.expect_rows) << "the dispatcher's rows per thread";
@@ -330,6 +333,26 @@ TEST_P(EmulatedDecode, MatchesTheFloat64Reference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Emulation, EmulatedDecode, ::testing::ValuesIn(decode_cases()),
+                         [](const ::testing::TestParamInfo<DecodeCase>& i) { return i.param.name; });
+
+// The cases with steps of several tokens again, with the decays folded into the token vectors and
+// without (whichever kDecodeFoldSteps the library has, both forms are checked).
+std::vector<DecodeCase> folded_cases() {
+  std::vector<DecodeCase> out;
+  for (DecodeCase c : decode_cases()) {
+    const bool several = c.cfg.seq_lens.empty() ? c.cfg.seqlen >= 2 : true;
+    if (!several || c.S > 1) continue;  // (speculative steps never fold)
+    for (int fold : {0, 1}) {
+      c.fold = fold;
+      DecodeCase x = c;
+      x.name += fold ? "_folded" : "_unfolded";
+      out.push_back(x);
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(EmulationFold, EmulatedDecode, ::testing::ValuesIn(folded_cases()),
                          [](const ::testing::TestParamInfo<DecodeCase>& i) { return i.param.name; });
 
 }  // namespace

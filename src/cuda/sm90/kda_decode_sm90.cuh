@@ -31,10 +31,10 @@
 // (steps of several tokens fold the decays into the token vectors instead: "several tokens a step"
 // in the kernel, docs/serving.md). The per-token vectors (k_hat, q_tilde, alpha, v, beta,
 // k_hat · q_tilde) are prepared once per CTA in shared memory, D/4 lanes per token (4 channels a
-// lane: a warp per token at D = 128, a half-warp at D = 64), while the state loads are in flight. Every gate form of docs/spec.md ("Gate forms") is
-// computed there, per token: alpha = exp(a) of the sigmoid gate (with A_log, or at rate 1 without)
-// or of the softplus gate (no floor; factors below 1e-30 flushed to 0), and beta = sigmoid(logit)
-// or, with allow_neg_eigval, 2 sigmoid(logit). The token loop is the same for all of them.
+// lane: a warp per token at D = 128, a half-warp at D = 64), while the state loads are in flight. Every gate form of
+// docs/spec.md ("Gate forms") is computed there, per token: alpha = exp(a) of the sigmoid gate (with A_log, or at rate
+// 1 without) or of the softplus gate (no floor; factors below 1e-30 flushed to 0), and beta = sigmoid(logit) or, with
+// allow_neg_eigval, 2 sigmoid(logit). The token loop is the same for all of them.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -72,7 +72,13 @@ struct KdaDecodeArgs {
   float beta_scale;    // 1, or 2 with allow_neg_eigval (beta = 2 sigmoid(logit))
   bool softplus_gate;  // GateForm::kSoftplus: a = -exp(A_log) softplus(g + dt_bias), no floor
   bool cu_seqlens_i64;
+  bool fold_steps;  // steps of several tokens fold the decays into the token vectors (kDecodeFoldSteps)
 };
+
+// Whether decode steps of several tokens fold the decays into the token vectors (the kernel's
+// "several tokens a step"; docs/serving.md). Off until it is timed on a GPU: the emulated tests run
+// every multi-token case both ways (docs/perf_log.md, session 29).
+inline constexpr bool kDecodeFoldSteps = false;
 
 // Compile-time shape of the kernel: StateT is float or __nv_bfloat16, kHeadDim (K = V) 128 or 64,
 // kRowsPerThread 1, 2 or 4, kRowPasses 1 or 2 (2: D = 128 with 4 rows a thread only, the whole head a CTA).
@@ -407,7 +413,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   // caller racing the call) reads vectors inside the buffers either way.
   bool folded = false;
   const int fold_length = sm.out_length;
-  if (!speculative && fold_length >= 2) {
+  if (a.fold_steps && !speculative && fold_length >= 2) {
     float c = 1.f, kc[Tr::kMaxTokens], qc[Tr::kMaxTokens], kd[Tr::kMaxTokens];
 #pragma unroll
     for (int t = 0; t < Tr::kMaxTokens; ++t) {
@@ -587,6 +593,7 @@ inline KdaDecodeArgs decode_kernel_args(const DecodeParams& p) {
   a.softplus_gate = p.gate == GateForm::kSoftplus;
   a.beta_scale = p.allow_neg_eigval ? 2.0f : 1.0f;
   a.cu_seqlens_i64 = p.cu_seqlens_dtype == DType::kI64;
+  a.fold_steps = kDecodeFoldSteps;
   return a;
 }
 

@@ -31,10 +31,11 @@
 // (steps of several tokens fold the decays into the token vectors instead: "several tokens a step"
 // in the kernel, docs/serving.md). The per-token vectors (k_hat, q_tilde, alpha, v, beta,
 // k_hat · q_tilde) are prepared once per CTA in shared memory, D/4 lanes per token (4 channels a
-// lane: a warp per token at D = 128, a half-warp at D = 64), while the state loads are in flight. Every gate form of
-// docs/spec.md ("Gate forms") is computed there, per token: alpha = exp(a) of the sigmoid gate (with A_log, or at rate
-// 1 without) or of the softplus gate (no floor; factors below 1e-30 flushed to 0), and beta = sigmoid(logit) or, with
-// allow_neg_eigval, 2 sigmoid(logit). The token loop is the same for all of them.
+// lane: a warp per token at D = 128, a half-warp at D = 64), while the state loads are in flight.
+// Every gate form of docs/spec.md ("Gate forms") is computed there, per token: alpha = exp(a) of
+// the sigmoid gate (with A_log, or at rate 1 without) or of the softplus gate (no floor; factors
+// below 1e-30 flushed to 0), and beta = sigmoid(logit) or, with allow_neg_eigval, 2 sigmoid(logit).
+// The token loop is the same for all of them.
 #pragma once
 
 #include <cuda_bf16.h>

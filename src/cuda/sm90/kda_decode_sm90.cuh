@@ -525,14 +525,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 #pragma unroll
               for (int e = 0; e < 4; ++e) s[i][j * kVec + e4 + e] = fmaf(delta[i], khv[e], s[i][j * kVec + e4 + e]);
           }
-        if (speculative) {
+        if (!kFold && speculative) {  // (speculative steps never fold)
           const int64_t slot = sm.write_slot[t];
           if (slot >= 0) store_rows(slot);
         }
       }
-      // One slot per sequence: the state after the last token goes back where it came from, in place
-      // (the pass's bulk copy completed before any thread got past its mbarrier_wait, and each thread
-      // writes only its rows; the other pass's rows are other bytes).
       if constexpr (kFold) {  // S = S~ ⊙ c_T
 #pragma unroll
         for (int j = 0; j < Tr::kChunks; ++j)
@@ -546,6 +543,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
               for (int e = 0; e < 4; ++e) s[i][j * kVec + e4 + e] *= cv[e];
           }
       }
+      // One slot per sequence: the state after the last token goes back where it came from, in place
+      // (the pass's bulk copy completed before any thread got past its mbarrier_wait, and each thread
+      // writes only its rows; the other pass's rows are other bytes).
       if (!speculative) store_rows(read_slot);
     }
   };

@@ -77,9 +77,11 @@ struct KdaDecodeArgs {
 };
 
 // Whether decode steps of several tokens fold the decays into the token vectors (the kernel's
-// "several tokens a step"; docs/serving.md). Off until it is timed on a GPU: the emulated tests run
-// every multi-token case both ways (docs/perf_log.md, session 29).
-inline constexpr bool kDecodeFoldSteps = false;
+// "several tokens a step"; docs/serving.md). On since it was timed (H100, against the unfolded walk:
+// b256_t4_bf16 -7 %, b64_t4_bf16 -5 %, b8_t4_bf16 -3.5 %, b256_t4_bf16_d64 -3 %, the fp32 rows within
+// +-0.7 % but b1_t4_fp32 +3 %; docs/perf_log.md, session 30);
+// the emulated tests run every multi-token case both ways.
+inline constexpr bool kDecodeFoldSteps = true;
 
 // Compile-time shape of the kernel: StateT is float or __nv_bfloat16, kHeadDim (K = V) 128 or 64,
 // kRowsPerThread 1, 2 or 4, kRowPasses 1 or 2 (2: D = 128 with 4 rows a thread only, the whole head a CTA).

@@ -186,7 +186,7 @@ Out warp_collective(int op, const In& in, F compute, unsigned mask = 0xffffffffu
   return o;
 }
 
-enum Op { kSyncWarp = 1, kShflXor, kShflUp, kBallot, kAll, kMmaF16, kMmaTf32, kLdmatrixT };
+enum Op { kSyncWarp = 1, kShflXor, kShflUp, kShflIdx, kBallot, kAll, kMmaF16, kMmaTf32, kLdmatrixT };
 
 struct Empty {};
 
@@ -202,6 +202,17 @@ T shfl_xor(T v, int mask) {
   };
   return warp_collective<T>(kShflXor, In{v, mask}, [](const In* in, T* out) {
     for (int l = 0; l < 32; ++l) out[l] = in[l ^ (in[l].mask & 31)].v;
+  });
+}
+
+template <class T>
+T shfl_idx(T v, int src) {
+  struct In {
+    T v;
+    int src;
+  };
+  return warp_collective<T>(kShflIdx, In{v, src}, [](const In* in, T* out) {
+    for (int l = 0; l < 32; ++l) out[l] = in[in[l].src & 31].v;
   });
 }
 
@@ -436,6 +447,10 @@ inline void __syncthreads() { flash_kda::emu::named_barrier(0, flash_kda::emu::g
 template <class T>
 inline T __shfl_xor_sync(unsigned, T v, int mask) {
   return flash_kda::emu::shfl_xor(v, mask);
+}
+template <class T>
+inline T __shfl_sync(unsigned, T v, int src) {
+  return flash_kda::emu::shfl_idx(v, src);
 }
 template <class T>
 inline T __shfl_up_sync(unsigned, T v, unsigned delta) {

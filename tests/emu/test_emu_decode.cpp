@@ -36,7 +36,8 @@ namespace sm90 = cuda::sm90;
 // (same layout).
 struct EmuShape {
   int rows = 0, passes = 0;
-  int fold = -1;  // multi-token steps fold the decays: -1 as the library (kDecodeFoldSteps), 0 no, 1 yes
+  int fold = -1;    // multi-token steps fold the decays: -1 as the library (kDecodeFoldSteps), 0 no, 1 yes
+  int matrix = -1;  // multi-token steps as tensor-core products: -1 as the library (kDecodeMatrixSteps), 0, 1
 };
 
 Status emulated_decode(DecodeParams p, int sm_count, EmuShape force, const int32_t* kernel_indices, EmuShape* used) {
@@ -51,15 +52,19 @@ Status emulated_decode(DecodeParams p, int sm_count, EmuShape force, const int32
   if (kernel_indices) a.state_indices = kernel_indices;
   if (force.fold >= 0) a.fold_steps = force.fold == 1;
   const int64_t D = p.head_dim_k, pairs = N * HV;
-  sm90::DecodeShape shape =
-      sm90::decode_shape(p.state_dtype, pairs, D, sm_count, p.cu_seqlens == nullptr && p.seqlen == 1);
+  const bool one_token = p.cu_seqlens == nullptr && p.seqlen == 1, speculative = p.slots_per_seq > 1;
+  sm90::DecodeShape shape = sm90::decode_shape(p.state_dtype, pairs, D, sm_count, one_token, speculative);
   if (force.rows > 0) shape.rows_per_thread = force.rows;
   if (force.passes > 0) shape.row_passes = force.passes;
+  // (the matrix step as the dispatcher would choose it for the shape used, unless forced)
+  const bool matrix_shape = !speculative && !one_token && shape.rows_per_thread == 4 && shape.row_passes == 1;
+  shape.matrix = matrix_shape && (force.matrix >= 0 ? force.matrix == 1 : sm90::kDecodeMatrixSteps);
   try {
     sm90::with_decode_traits(p.state_dtype, D, shape, [&](auto tr) {
       using Tr = decltype(tr);
       used->rows = Tr::kRowsPerThread_;
       used->passes = Tr::kRowPasses_;
+      used->matrix = Tr::kMatrix_ ? 1 : 0;
       emu::launch(unsigned(pairs * Tr::kSlices), Tr::kThreads, sizeof(sm90::KdaDecodeSmem<Tr>),
                   [&] { sm90::kda_decode_kernel<Tr>(a); });
       return 0;
@@ -82,6 +87,7 @@ struct DecodeCase {
   int expect_rows = 0;    // the dispatcher must choose this (0: not checked)
   int expect_passes = 0;  // and this
   int fold = -1;          // EmuShape::fold
+  int matrix = -1;        // EmuShape::matrix
 };
 
 std::ostream& operator<<(std::ostream& os, const DecodeCase& c) { return os << c.name; }
@@ -283,7 +289,7 @@ TEST_P(EmulatedDecode, MatchesTheFloat64Reference) {
   d.out = out.data();
   d.state = pool.data();
   EmuShape used;
-  s = emulated_decode(d, c.sm_count, EmuShape{c.rows, c.passes, c.fold}, kernel_indices.data(), &used);
+  s = emulated_decode(d, c.sm_count, EmuShape{c.rows, c.passes, c.fold, c.matrix}, kernel_indices.data(), &used);
   ASSERT_TRUE(s.ok()) << s.message;
   const int rows_used = used.rows, passes_used = used.passes;
   if (c.expect_rows) EXPECT_EQ(rows_used, c.expect_rows) << "the dispatcher's rows per thread";
@@ -335,24 +341,35 @@ TEST_P(EmulatedDecode, MatchesTheFloat64Reference) {
 INSTANTIATE_TEST_SUITE_P(Emulation, EmulatedDecode, ::testing::ValuesIn(decode_cases()),
                          [](const ::testing::TestParamInfo<DecodeCase>& i) { return i.param.name; });
 
-// The cases with steps of several tokens again, with the decays folded into the token vectors and
-// without (whichever kDecodeFoldSteps the library has, both forms are checked).
-std::vector<DecodeCase> folded_cases() {
+// The cases with steps of several tokens again in each form of the step, whatever the library's
+// defaults (kDecodeFoldSteps, kDecodeMatrixSteps): the token walk with the decays folded into the
+// token vectors and without, and the matrix step, for which the shape is forced to the one it runs
+// in (4 rows a thread, one pass) where the case does not check the dispatcher's choice.
+std::vector<DecodeCase> step_form_cases() {
   std::vector<DecodeCase> out;
   for (DecodeCase c : decode_cases()) {
     const bool several = c.cfg.seq_lens.empty() ? c.cfg.seqlen >= 2 : true;
-    if (!several || c.S > 1) continue;  // (speculative steps never fold)
+    if (!several || c.S > 1) continue;  // (speculative steps take the token walk, unfolded)
+    c.matrix = 0;
     for (int fold : {0, 1}) {
       c.fold = fold;
       DecodeCase x = c;
       x.name += fold ? "_folded" : "_unfolded";
       out.push_back(x);
     }
+    if (c.expect_rows != 0 && c.expect_rows != 4) continue;
+    DecodeCase x = c;
+    x.fold = 0;
+    x.matrix = 1;
+    x.rows = 4;
+    x.passes = 1;
+    x.name += "_matrix";
+    out.push_back(x);
   }
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(EmulationFold, EmulatedDecode, ::testing::ValuesIn(folded_cases()),
+INSTANTIATE_TEST_SUITE_P(EmulationStepForms, EmulatedDecode, ::testing::ValuesIn(step_form_cases()),
                          [](const ::testing::TestParamInfo<DecodeCase>& i) { return i.param.name; });
 
 }  // namespace

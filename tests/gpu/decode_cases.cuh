@@ -168,6 +168,18 @@ std::vector<DecodeCase> decode_cases() {
   add(decode_fixed("160 pairs (2 rows a thread)", 40, 2));
   c = decode_fixed("160 pairs bf16 padding", 40, 3); c.state = DType::kBF16; c.padding = true; add(c);
   add(decode_fixed("320 pairs (4 rows a thread)", 80, 1));
+  // Several tokens a step on 4 rows a thread: the matrix step where it is on (kDecodeMatrixSteps;
+  // kda_decode_sm90.cuh), with a padding sequence, 8 tokens at the sigmoid gate's floor, extreme
+  // softplus decays and a packed batch whose sequences have 0..8 tokens.
+  c = decode_fixed("320 pairs T=4 padding", 80, 4); c.padding = true; add(c);
+  c = decode_fixed("320 pairs T=8 bf16 sigmoid floor", 80, 8); c.g_shift = 25.f; c.state = DType::kBF16; add(c);
+  c = decode_fixed("320 pairs T=5 softplus e^-1e4", 80, 5); c.gate = GateForm::kSoftplus; c.extreme = Extreme::kChunk1e4; add(c);
+  c = decode_fixed("320 pairs T=3 bf16 softplus e^-200 neg eigval", 80, 3); c.state = DType::kBF16; c.gate = GateForm::kSoftplus; c.extreme = Extreme::kOneToken200; c.neg_eigval = true; add(c);
+  {
+    std::vector<int64_t> lens;
+    for (int i = 0; i < 30; ++i) lens.insert(lens.end(), {2, 0, 8, 1, 5, 4, 3, 7, 6});
+    add(decode_varlen("varlen 270 x 0..8 (4 rows a thread)", lens));
+  }
   c = decode_fixed("320 pairs bf16 spec", 80, 2); c.S = 2; c.accepted = true; c.state = DType::kBF16; add(c);
   // bf16 pools with at least 4 pairs an SM and one token a step: the whole head a CTA in two passes
   // (kda_decode_sm90.cuh; from 528 pairs on 132 SMs); with several tokens a step, one pass. Padding

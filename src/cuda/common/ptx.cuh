@@ -21,6 +21,7 @@ namespace flash_kda::cuda::ptx {
 __device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(__float_as_uint(x) + 0x1000u); }
 __device__ __forceinline__ float tf32_rest(float x) { return x - __uint_as_float(__float_as_uint(x) & 0xffffe000u); }
 __device__ __forceinline__ float round_tf32_by(float x, uint32_t half_ulp) { return __uint_as_float(__float_as_uint(x) + half_ulp); }
+inline float select_eq(int a, int b, float if_equal, float otherwise) { return a == b ? if_equal : otherwise; }
 inline void mma_tf32(float (&d)[4], float a0, float a1, float a2, float a3, float b0, float b1) {
   emu::mma_tf32(d, a0, a1, a2, a3, b0, b1);
 }
@@ -77,6 +78,15 @@ __device__ __forceinline__ float tf32_rest(float x) { return x - __uint_as_float
 // round_tf32 where `half_ulp` is 0x1000, x unchanged where it is 0: the choice made once, outside a
 // loop, costs no select per value.
 __device__ __forceinline__ float round_tf32_by(float x, uint32_t half_ulp) { return __uint_as_float(__float_as_uint(x) + half_ulp); }
+// a == b ? if_equal : otherwise, as one select the compiler keeps: a chain of them over a register
+// array with a run-time index would otherwise become an indexed access to local memory.
+__device__ __forceinline__ float select_eq(int a, int b, float if_equal, float otherwise) {
+  float r;
+  asm("{\n .reg .pred p;\n setp.eq.s32 p, %1, %2;\n selp.f32 %0, %3, %4, p;\n}\n"
+      : "=f"(r)
+      : "r"(a), "r"(b), "f"(if_equal), "f"(otherwise));
+  return r;
+}
 
 // D = A(16x8, row) * B(8x8, col) + D with tf32 operands and fp32 accumulation.
 // Fragments (g = lane / 4, t = lane % 4):

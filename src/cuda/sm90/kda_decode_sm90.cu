@@ -5,9 +5,9 @@
 
 namespace flash_kda::cuda::sm90 {
 
-template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses>
+template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses, bool kMatrix>
 cudaError_t launch_kda_decode(const KdaDecodeArgs& args, int64_t units, cudaStream_t stream) {
-  using Tr = KdaDecodeTraits<StateT, kHeadDim, kRowsPerThread, kRowPasses>;
+  using Tr = KdaDecodeTraits<StateT, kHeadDim, kRowsPerThread, kRowPasses, kMatrix>;
   constexpr int kSmem = int(sizeof(KdaDecodeSmem<Tr>));
   if constexpr (kSmem > 48 * 1024) {
     // (the largest carveout: four such CTAs an SM)
@@ -18,21 +18,25 @@ cudaError_t launch_kda_decode(const KdaDecodeArgs& args, int64_t units, cudaStre
   return cudaGetLastError();
 }
 
-#define FLASH_KDA_DECODE_INSTANCE(S, D, R, P) \
-  template cudaError_t launch_kda_decode<S, D, R, P>(const KdaDecodeArgs&, int64_t, cudaStream_t);
-FLASH_KDA_DECODE_INSTANCE(float, 128, 1, 1)
-FLASH_KDA_DECODE_INSTANCE(float, 128, 2, 1)
-FLASH_KDA_DECODE_INSTANCE(float, 128, 4, 1)
-FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 1, 1)
-FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 2, 1)
-FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 4, 1)
-FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 4, 2)
-FLASH_KDA_DECODE_INSTANCE(float, 64, 1, 1)
-FLASH_KDA_DECODE_INSTANCE(float, 64, 2, 1)
-FLASH_KDA_DECODE_INSTANCE(float, 64, 4, 1)
-FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 64, 1, 1)
-FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 64, 2, 1)
-FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 64, 4, 1)
+#define FLASH_KDA_DECODE_INSTANCE(S, D, R, P, M) \
+  template cudaError_t launch_kda_decode<S, D, R, P, M>(const KdaDecodeArgs&, int64_t, cudaStream_t);
+FLASH_KDA_DECODE_INSTANCE(float, 128, 1, 1, false)
+FLASH_KDA_DECODE_INSTANCE(float, 128, 2, 1, false)
+FLASH_KDA_DECODE_INSTANCE(float, 128, 4, 1, false)
+FLASH_KDA_DECODE_INSTANCE(float, 128, 4, 1, true)
+FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 1, 1, false)
+FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 2, 1, false)
+FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 4, 1, false)
+FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 4, 1, true)
+FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 4, 2, false)
+FLASH_KDA_DECODE_INSTANCE(float, 64, 1, 1, false)
+FLASH_KDA_DECODE_INSTANCE(float, 64, 2, 1, false)
+FLASH_KDA_DECODE_INSTANCE(float, 64, 4, 1, false)
+FLASH_KDA_DECODE_INSTANCE(float, 64, 4, 1, true)
+FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 64, 1, 1, false)
+FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 64, 2, 1, false)
+FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 64, 4, 1, false)
+FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 64, 4, 1, true)
 #undef FLASH_KDA_DECODE_INSTANCE
 
 }  // namespace flash_kda::cuda::sm90

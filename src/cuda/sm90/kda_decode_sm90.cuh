@@ -83,9 +83,16 @@ struct KdaDecodeArgs {
 // the emulated tests run every multi-token case both ways.
 inline constexpr bool kDecodeFoldSteps = true;
 
+// Whether decode steps run as tensor-core products over the whole step (the kernel's "matrix step";
+// docs/serving.md) where the step is not speculative, is not one token a sequence in a fixed batch,
+// and the kernel's shape is 4 rows a thread in one pass (the grids that fill the GPU): a kernel of its
+// own (KdaDecodeTraits::kMatrix_, decode_shape). Elsewhere, and where this is off, the token walk.
+// Off until it is timed on a GPU: the emulated tests run every multi-token case in each form.
+inline constexpr bool kDecodeMatrixSteps = false;
+
 // Compile-time shape of the kernel: StateT is float or __nv_bfloat16, kHeadDim (K = V) 128 or 64,
 // kRowsPerThread 1, 2 or 4, kRowPasses 1 or 2 (2: D = 128 with 4 rows a thread only, the whole head a CTA).
-template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses = 1>
+template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses = 1, bool kMatrix = false>
 struct KdaDecodeTraits {
   using State = StateT;
   static constexpr int kDim = kHeadDim;              // K = V
@@ -97,6 +104,8 @@ struct KdaDecodeTraits {
   static constexpr int kRowGroups = 32 / kLanesPerRow;
   static constexpr int kRowsPerThread_ = kRowsPerThread;
   static constexpr int kRowPasses_ = kRowPasses;
+  // every step a matrix step (the host launches this kernel only for steps that are not speculative)
+  static constexpr bool kMatrix_ = kMatrix;
   // rows in registers at a time (16·kRowsPerThread), and of the CTA
   static constexpr int kPassRows = kWarps * kRowGroups * kRowsPerThread;
   static constexpr int kRows = kPassRows * kRowPasses;
@@ -115,6 +124,7 @@ struct KdaDecodeTraits {
   static constexpr int kMinBlocks = (kRowsPerThread >= 4 ? 4 : kRowsPerThread == 2 ? 5 : 6) * 128 / kThreads;
   static_assert(kDim == 128 || kDim == 64, "the decode kernel is built for K = V = 128 and 64");
   static_assert(kRowPasses == 1 || kRowPasses == 2, "one or two passes over a CTA's rows");
+  static_assert(!kMatrix || (kRowsPerThread == 4 && kRowPasses == 1), "the matrix step: 4 rows a thread, one pass");
   static_assert(kDim % kRows == 0, "the rows of S must split evenly over the CTAs of a head");
   static_assert(kRows % 8 == 0, "out is written in 16-byte pieces of 8 rows");
   static_assert(kMaxTokens * kRows / 8 <= kThreads, "one thread per 16-byte piece of out");
@@ -254,12 +264,31 @@ __device__ __forceinline__ KdaDecodeUnit decode_unit(const KdaDecodeArgs& a, Kda
   return x;
 }
 
+// The per-token vectors by column, as the token loop reads them.
 template <typename Tr>
-struct KdaDecodeSmem {
-  alignas(128) typename Tr::State state[Tr::kRows][Tr::kDim];  // the CTA's rows, as in the pool
+struct KdaDecodeTokenVectors {
   alignas(16) float k_hat[Tr::kMaxTokens][Tr::kDim];
   alignas(16) float q_tilde[Tr::kMaxTokens][Tr::kDim];  // times scale
   alignas(16) float alpha[Tr::kMaxTokens][Tr::kDim];
+};
+
+// The matrix step's operands (decode_detail::matrix_operands), in the fragment order of the MMAs that
+// read them, one float2 a lane (b0, b1), for the state's kDim / 8 column tiles.
+template <typename Tr>
+struct KdaDecodeMatrixOperands {
+  float2 x[2][Tr::kDim / 8][32];  // the products' B: the columns (c_t ⊙ k_hat_t, c_t ⊙ q_tilde_t)
+  float2 k[Tr::kDim / 8][32];     // the update's B: the rows k_hat_s ⊙ (alpha_{s+1} ⊙ ... ⊙ alpha_last)
+};
+
+template <typename Tr>
+struct KdaDecodeSmem {
+  alignas(128) typename Tr::State state[Tr::kRows][Tr::kDim];  // the CTA's rows, as in the pool
+  union {  // the token vectors, which the matrix step's operands replace once read (the walks use one)
+    KdaDecodeTokenVectors<Tr> vec;
+    KdaDecodeMatrixOperands<Tr> mat;
+  };
+  float ab[Tr::kMaxTokens * Tr::kMaxTokens];               // the matrix step's token-pair sums
+  float ab_part[Tr::kWarps][Tr::kMaxTokens * Tr::kMaxTokens];  // (each warp's share of them)
   float v[Tr::kMaxTokens][Tr::kRows];  // this CTA's rows
   alignas(16) __nv_bfloat16 out[Tr::kMaxTokens][Tr::kRows];
   float beta[Tr::kMaxTokens];
@@ -272,6 +301,303 @@ struct KdaDecodeSmem {
   int fold_unsafe;                    // some column's decay product is out of the folded walk's range
   alignas(16) float decay[Tr::kDim];  // the folded walk: c_T, each column's decay over the step's tokens
 };
+
+// ---- the matrix step: a step of several tokens as tensor-core products ----
+//
+// With tokens 0 .. T-1 of the step, c_t = alpha_0 ⊙ ... ⊙ alpha_t and r_ts = alpha_{s+1} ⊙ ... ⊙ alpha_t
+// (per column; r_tt = 1: products of factors in [0, 1], no division), the recurrence unrolls, per row
+// of the state S0 the step starts from, to
+//
+//   pk_t  = S0 (c_t ⊙ k_t) + Σ_{s<t} δ_s A_ts,    A_ts = Σ_c k_s k_t r_ts
+//   δ_t   = β_t (v_t − pk_t)
+//   out_t = S0 (c_t ⊙ q_t) + Σ_{s≤t} δ_s B_ts,    B_ts = Σ_c k_s q_t r_ts      (k = k_hat, q = q_tilde)
+//   S     = S0 ⊙ c_{T-1} + Σ_s δ_s (k_s ⊙ r_{T-1,s})ᵀ
+//
+// so each state element is touched twice a step whatever T: as the A operand of the products
+// S0 [c_t ⊙ k_t | c_t ⊙ q_t] (m16n8k8 MMAs over 2T columns), and as the accumulator of the rank-T
+// update (after one multiplication by c_{T-1}); against four operations an element and token for the
+// token walk. The T × T sums A and B are the CTA's (one thread a column, then a reduction); δ is a
+// forward substitution per row (T² / 2 operations). The MMAs read tf32 operands (the top 19 bits of
+// an fp32 value), so each operand is split into its tf32 part and the rest: a bf16 state is exact in
+// tf32 (2 MMAs: S0 b + S0 rest(b)); an fp32 state takes 3 (+ rest(S0) b), as the update (δ and k'
+// both split): the products are then as accurate as fp32 sums.
+//
+// Fragments (g = lane / 4, tq = lane % 4; ptx.cuh): a warp holds 16 rows a tile (kMTiles tiles) of
+// all kDim columns as accumulators: tile j's registers are (row g, column(j, tq, 0)), (g, column(j, tq,
+// 1)), (g + 8, ...0), (g + 8, ...1). Read as the A operand of the products, the k index tq stands for
+// column(j, tq, 0) and tq + 4 for column(j, tq, 1); `column` gives each lane kVec contiguous columns
+// (16 bytes of the pool) for every kVec / 2 tiles, so the state moves by 16-byte accesses.
+template <class Tr>
+struct DecodeMatrixShape {
+  static constexpr int kTiles = Tr::kDim / 8;                        // 8-column tiles of a row
+  static constexpr int kTileVec = Tr::kVec / 2;                      // tiles a 16-byte piece covers
+  static constexpr int kGroup = 8 * kTileVec;                        // columns of kTileVec tiles
+  static constexpr int kWarpRows = Tr::kPassRows / Tr::kWarps;       // rows a warp holds
+  static constexpr int kMTiles = kWarpRows / 16;                     // 16-row tiles a warp holds
+  static __device__ __forceinline__ int column(int j, int tq, int e) {
+    return (j / kTileVec) * kGroup + tq * Tr::kVec + 2 * (j % kTileVec) + e;
+  }
+};
+
+namespace decode_detail {
+
+// The sums over a warp of kN values a lane, transposed: round by round each lane keeps half of its
+// values and adds the partner's half, so that after the rounds lane l holds the warp's sum of value
+// (l >> (5 - log2 kN)) in v[0] (kN <= 32; lanes sharing those bits hold the same sum), or of values
+// l (kN / 32) + i in v[i] (kN >= 32): kN - 1 shuffles instead of 5 kN.
+template <int kN, int kO = 16>
+__device__ __forceinline__ void warp_transposed_sums(float* v, int lane) {
+  if constexpr (kO >= 1) {
+    if constexpr (kN > 1) {
+      constexpr int H = kN / 2;
+      const bool upper = (lane & kO) != 0;
+#pragma unroll
+      for (int i = 0; i < H; ++i) {
+        const float send = upper ? v[i] : v[i + H];
+        const float keep = upper ? v[i + H] : v[i];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, kO);
+      }
+      warp_transposed_sums<H, kO / 2>(v, lane);
+    } else {
+      v[0] += __shfl_xor_sync(0xffffffffu, v[0], kO);
+      warp_transposed_sums<1, kO / 2>(v, lane);
+    }
+  }
+}
+
+constexpr int log2_int(int n) { return n <= 1 ? 0 : 1 + log2_int(n / 2); }
+
+// The matrix step's operands for a step of `length` tokens (1 .. kTT; tokens past it count as k = q = 0,
+// alpha = 1), from the token vectors: thread c makes column c's entries of sm.mat (which replaces the
+// token vectors), sm.decay[c] = c_{T-1}, and its share of the pair sums sm.ab (ab[t kTT + s] = B_ts for
+// s <= t, ab[s kTT + t] = A_ts for s < t). Three CTA barriers.
+template <class Tr, int kTT>
+__device__ __forceinline__ void matrix_operands(KdaDecodeSmem<Tr>& sm, int length, int tid) {
+  using Shape = DecodeMatrixShape<Tr>;
+  constexpr int kAB = kTT * kTT, kXTiles = 2 * kTT / 8;
+  const int c = tid, lane = tid % 32, warp = tid / 32;
+  float kv[kTT], qv[kTT], al[kTT];
+#pragma unroll
+  for (int t = 0; t < kTT; ++t) {
+    const bool live = t < length;
+    kv[t] = live ? sm.vec.k_hat[t][c] : 0.f;
+    qv[t] = live ? sm.vec.q_tilde[t][c] : 0.f;
+    al[t] = live ? sm.vec.alpha[t][c] : 1.f;
+  }
+  float ab[kAB];
+#pragma unroll
+  for (int s0 = 0; s0 < kTT; ++s0) {
+    float rr = 1.f;
+#pragma unroll
+    for (int t = s0; t < kTT; ++t) {
+      if (t > s0) rr *= al[t];
+      const float ks = kv[s0] * rr;
+      ab[t * kTT + s0] = ks * qv[t];
+      if (t > s0) ab[s0 * kTT + t] = ks * kv[t];
+    }
+  }
+  warp_transposed_sums<kAB>(ab, lane);
+  // (after the sums, which leave each lane kAB / 32 of its kAB registers)
+  float kc[kTT], qc[kTT], ct = 1.f;
+#pragma unroll
+  for (int t = 0; t < kTT; ++t) {
+    ct *= al[t];
+    kc[t] = ct * kv[t];
+    qc[t] = ct * qv[t];
+  }
+  float kr[kTT], r = 1.f;
+#pragma unroll
+  for (int t = kTT - 1; t >= 0; --t) {
+    kr[t] = kv[t] * r;
+    r *= al[t];
+  }
+  __syncthreads();  // every thread has read its column of the token vectors: sm.mat may replace them
+  if constexpr (kAB >= 32) {
+#pragma unroll
+    for (int i = 0; i < kAB / 32; ++i) sm.ab_part[warp][lane * (kAB / 32) + i] = ab[i];
+  } else {
+    constexpr int kShift = 5 - log2_int(kAB);
+    if ((lane & ((1 << kShift) - 1)) == 0) sm.ab_part[warp][lane >> kShift] = ab[0];
+  }
+  // Column c is element e of tile j in quad position tq (DecodeMatrixShape::column).
+  const int w = c % Shape::kGroup, tq = w / Tr::kVec, e = w % 2;
+  const int j = (c / Shape::kGroup) * Shape::kTileVec + (w % Tr::kVec) / 2;
+  // The products' B (k = columns, n = 8 columns of [c_t ⊙ k_t | c_t ⊙ q_t] a tile): lane (g, tq) of
+  // tile (x, j) holds n = g at column(j, tq, 0) and column(j, tq, 1).
+#pragma unroll
+  for (int x = 0; x < kXTiles; ++x)
+#pragma unroll
+    for (int g = 0; g < 8; ++g) {
+      const int u = 8 * x + g;
+      reinterpret_cast<float*>(&sm.mat.x[x][j][4 * g + tq])[e] = u < kTT ? kc[u] : qc[u - kTT];
+    }
+  // The update's B (k = tokens, n = the tile's columns, n = 2 tq + e at column(j, tq, e)): lane
+  // (g, tq') holds tokens tq' and tq' + 4 of n = g; zeros for tokens past kTT.
+#pragma unroll
+  for (int t = 0; t < 8; ++t)
+    reinterpret_cast<float*>(&sm.mat.k[j][4 * (2 * tq + e) + (t & 3)])[t >> 2] = t < kTT ? kr[t] : 0.f;
+  sm.decay[c] = ct;
+  __syncthreads();
+  if (tid < kAB) {
+    float z = 0.f;
+#pragma unroll
+    for (int q = 0; q < Tr::kWarps; ++q) z += sm.ab_part[q][tid];
+    sm.ab[tid] = z;
+  }
+  __syncthreads();
+}
+
+// The matrix step's walk, each warp its kWarpRows rows: the state from shared memory into the
+// accumulator fragments, the products, δ and out for each row, the update, the rows back to `dst`
+// (the slot's rows of this CTA). `length` as for matrix_operands.
+template <class Tr, int kTT>
+__device__ __forceinline__ void matrix_walk(KdaDecodeSmem<Tr>& sm, typename Tr::State* dst, int length, int warp,
+                                            int lane) {
+  using Shape = DecodeMatrixShape<Tr>;
+  using State = typename Tr::State;
+  constexpr int NT = Shape::kTiles, MT = Shape::kMTiles, V = Tr::kVec, TV = Shape::kTileVec, D = Tr::kDim;
+  constexpr int kXTiles = 2 * kTT / 8;
+  constexpr bool kF32 = std::is_same_v<State, float>;
+  const int g = lane / 4, tq = lane % 4, quad = lane & ~3;
+  const int row0 = warp * Shape::kWarpRows + g;  // rows row0 + 16 mt and row0 + 16 mt + 8
+  mbarrier_wait(&sm.state_loaded[0], 0);
+  float st[MT][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int grp = 0; grp < NT / TV; ++grp) {
+        float x[V];
+        load_state_vec(&sm.state[row0 + 16 * mt + 8 * h][grp * Shape::kGroup + tq * V], x);
+#pragma unroll
+        for (int jj = 0; jj < TV; ++jj) {
+          st[mt][grp * TV + jj][2 * h] = x[2 * jj];
+          st[mt][grp * TV + jj][2 * h + 1] = x[2 * jj + 1];
+        }
+      }
+  // The products: acc[mt][x] = S0 rows × the 8 columns of tile x of [c_t ⊙ k_t | c_t ⊙ q_t].
+  float acc[MT][kXTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int x = 0; x < kXTiles; ++x) acc[mt][x][0] = acc[mt][x][1] = acc[mt][x][2] = acc[mt][x][3] = 0.f;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int x = 0; x < kXTiles; ++x) {
+      const float2 b = sm.mat.x[x][j][lane];
+      const float b0r = ptx::tf32_rest(b.x), b1r = ptx::tf32_rest(b.y);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const float* f = st[mt][j];
+        if constexpr (kF32)
+          ptx::mma_tf32(acc[mt][x], ptx::tf32_rest(f[0]), ptx::tf32_rest(f[2]), ptx::tf32_rest(f[1]),
+                        ptx::tf32_rest(f[3]), b.x, b.y);
+        ptx::mma_tf32(acc[mt][x], f[0], f[2], f[1], f[3], b0r, b1r);
+        ptx::mma_tf32(acc[mt][x], f[0], f[2], f[1], f[3], b.x, b.y);
+      }
+    }
+  const float* ab = sm.ab;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    // δ of rows g and g + 8 (h = 0, 1) by forward substitution; out_t of them; the update's A
+    // fragment (m = rows, k = tokens): (g, tq), (g + 8, tq), (g, tq + 4), (g + 8, tq + 4).
+    float a_frag[2][2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float xs[2 * kTT];  // the row's products: [S0 (c_t ⊙ k_t) | S0 (c_t ⊙ q_t)]
+#pragma unroll
+      for (int src = 0; src < 4; ++src)
+#pragma unroll
+        for (int x = 0; x < kXTiles; ++x)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) xs[8 * x + 2 * src + e] = __shfl_sync(0xffffffffu, acc[mt][x][2 * h + e], quad | src);
+      const int row = row0 + 16 * mt + 8 * h;
+      float d[kTT];
+#pragma unroll
+      for (int t = 0; t < kTT; ++t) {
+        float z = 0.f;
+        if (t < length) {
+          z = sm.v[t][row] - xs[t];
+#pragma unroll
+          for (int s0 = 0; s0 < t; ++s0) z = fmaf(-d[s0], ab[s0 * kTT + t], z);
+          z *= sm.beta[t];
+        }
+        d[t] = z;
+      }
+#pragma unroll
+      for (int t = 0; t < kTT; ++t)
+        if (t < length && (t & 3) == tq) {
+          float o = xs[kTT + t];
+#pragma unroll
+          for (int s0 = 0; s0 <= t; ++s0) o = fmaf(d[s0], ab[t * kTT + s0], o);
+          sm.out[t][row] = __float2bfloat16_rn(o);
+        }
+      a_frag[h][0] = a_frag[h][1] = 0.f;
+#pragma unroll
+      for (int t = 0; t < kTT; ++t) {
+        if (t < 4)
+          a_frag[h][0] = ptx::select_eq(tq, t, d[t], a_frag[h][0]);
+        else
+          a_frag[h][1] = ptx::select_eq(tq, t - 4, d[t], a_frag[h][1]);
+      }
+    }
+    const float a0 = a_frag[0][0], a1 = a_frag[1][0], a2 = a_frag[0][1], a3 = a_frag[1][1];
+    const float a0r = ptx::tf32_rest(a0), a1r = ptx::tf32_rest(a1), a2r = ptx::tf32_rest(a2), a3r = ptx::tf32_rest(a3);
+#pragma unroll
+    for (int grp = 0; grp < NT / TV; ++grp) {
+      float dec[V];
+#pragma unroll
+      for (int i = 0; i < V; i += 4) load_state_vec(&sm.decay[grp * Shape::kGroup + tq * V + i], dec + i);
+#pragma unroll
+      for (int jj = 0; jj < TV; ++jj) {
+        const int j = grp * TV + jj;
+        float* f = st[mt][j];
+        f[0] *= dec[2 * jj], f[1] *= dec[2 * jj + 1], f[2] *= dec[2 * jj], f[3] *= dec[2 * jj + 1];
+        const float2 kb = sm.mat.k[j][lane];
+        ptx::mma_tf32(st[mt][j], a0r, a1r, a2r, a3r, kb.x, kb.y);
+        ptx::mma_tf32(st[mt][j], a0, a1, a2, a3, ptx::tf32_rest(kb.x), ptx::tf32_rest(kb.y));
+        ptx::mma_tf32(st[mt][j], a0, a1, a2, a3, kb.x, kb.y);
+      }
+    }
+    // The rows back, 16 bytes a store.
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int grp = 0; grp < NT / TV; ++grp) {
+        float x[V];
+#pragma unroll
+        for (int jj = 0; jj < TV; ++jj) {
+          x[2 * jj] = st[mt][grp * TV + jj][2 * h];
+          x[2 * jj + 1] = st[mt][grp * TV + jj][2 * h + 1];
+        }
+        store_state_vec(dst + int64_t(row0 + 16 * mt + 8 * h) * D + grp * Shape::kGroup + tq * V, x);
+      }
+  }
+}
+
+}  // namespace decode_detail
+
+namespace decode_detail {
+
+// out, after the walk: 16-byte pieces of 8 rows from the staging buffer, the tokens of thread 0's
+// reading (sm.out_begin, sm.out_length).
+template <class Tr>
+__device__ __forceinline__ void write_out(KdaDecodeSmem<Tr>& sm, const KdaDecodeArgs& a, int64_t batch_row, int hv,
+                                          int slice, int tid) {
+  __syncthreads();
+  constexpr int kPieces = Tr::kRows / 8;
+  const int64_t begin = sm.out_begin;
+  if (tid < sm.out_length * kPieces) {
+    const int t = tid / kPieces, piece = tid % kPieces;
+    uint16_t* dst =
+        a.out + batch_row * a.out_s[0] + (begin + t) * a.out_s[1] + hv * a.out_s[2] + slice * Tr::kRows + piece * 8;
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&sm.out[t][piece * 8]);
+  }
+}
+
+}  // namespace decode_detail
 
 // One CTA a work unit: unit blockIdx.x (grid = sequences × heads × Tr::kSlices).
 template <typename Tr>
@@ -384,9 +710,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     }
     kq = lane_group_sum<kTokenLanes>(kq);
     if (!live) continue;
-    *reinterpret_cast<float4*>(&sm.k_hat[t][c0]) = k4;
-    *reinterpret_cast<float4*>(&sm.q_tilde[t][c0]) = q4;
-    *reinterpret_cast<float4*>(&sm.alpha[t][c0]) = a4;
+    *reinterpret_cast<float4*>(&sm.vec.k_hat[t][c0]) = k4;
+    *reinterpret_cast<float4*>(&sm.vec.q_tilde[t][c0]) = q4;
+    *reinterpret_cast<float4*>(&sm.vec.alpha[t][c0]) = a4;
     if (tl == 0) {
       sm.beta[t] =
           a.beta_scale *
@@ -414,17 +740,29 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   // multiplication back each token). Thread d prepares column d; thread 0's token count decides for
   // the whole CTA (the barriers below are the CTA's), and a thread whose own count differs (a
   // caller racing the call) reads vectors inside the buffers either way.
+  const int fold_length = sm.out_length;  // thread 0's count: decides the step's form for the whole CTA
+  // ---- the matrix step (above): a kernel of its own, for steps that are not speculative ----
+  if constexpr (Tr::kMatrix_) {
+    State* dst = pool + read_slot * a.heads_v * D * D + head_offset;
+    if (fold_length <= 4) {
+      matrix_operands<Tr, 4>(sm, fold_length, tid);
+      matrix_walk<Tr, 4>(sm, dst, fold_length, warp, lane);
+    } else {
+      matrix_operands<Tr, 8>(sm, fold_length, tid);
+      matrix_walk<Tr, 8>(sm, dst, fold_length, warp, lane);
+    }
+    write_out(sm, a, batch_row, hv, slice, tid);
+  } else {
   bool folded = false;
-  const int fold_length = sm.out_length;
   if (a.fold_steps && !speculative && fold_length >= 2) {
     float c = 1.f, kc[Tr::kMaxTokens], qc[Tr::kMaxTokens], kd[Tr::kMaxTokens];
 #pragma unroll
     for (int t = 0; t < Tr::kMaxTokens; ++t) {
       if (t < fold_length) {
-        c *= sm.alpha[t][tid];
-        const float k = sm.k_hat[t][tid];
+        c *= sm.vec.alpha[t][tid];
+        const float k = sm.vec.k_hat[t][tid];
         kc[t] = c * k;
-        qc[t] = c * sm.q_tilde[t][tid];
+        qc[t] = c * sm.vec.q_tilde[t][tid];
         kd[t] = k / c;
       }
     }
@@ -436,9 +774,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 #pragma unroll
       for (int t = 0; t < Tr::kMaxTokens; ++t) {
         if (t < fold_length) {
-          sm.k_hat[t][tid] = kc[t];
-          sm.q_tilde[t][tid] = qc[t];
-          sm.alpha[t][tid] = kd[t];
+          sm.vec.k_hat[t][tid] = kc[t];
+          sm.vec.q_tilde[t][tid] = qc[t];
+          sm.vec.alpha[t][tid] = kd[t];
         }
       }
     }
@@ -446,7 +784,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   }
 
   // ---- the passes: this thread's rows of pass `pass` into registers, the tokens, the rows back ----
-  // (kFold: the folded walk above; sm.k_hat, q_tilde and alpha then hold c_t ⊙ k_hat, c_t ⊙ q_tilde
+  // (kFold: the folded walk above; sm.vec.k_hat, q_tilde and alpha then hold c_t ⊙ k_hat, c_t ⊙ q_tilde
   // and k_hat / c_t)
   auto walk = [&](auto fold) {
     constexpr bool kFold = decltype(fold)::value;
@@ -481,12 +819,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 #pragma unroll
           for (int e4 = 0; e4 < kVec; e4 += 4) {
             const int c = Tr::column(lr, j, e4);
-            const float4 kh = *reinterpret_cast<const float4*>(&sm.k_hat[t][c]);
-            const float4 qt = *reinterpret_cast<const float4*>(&sm.q_tilde[t][c]);
+            const float4 kh = *reinterpret_cast<const float4*>(&sm.vec.k_hat[t][c]);
+            const float4 qt = *reinterpret_cast<const float4*>(&sm.vec.q_tilde[t][c]);
             const float khv[4] = {kh.x, kh.y, kh.z, kh.w}, qtv[4] = {qt.x, qt.y, qt.z, qt.w};
             float alv[4] = {};
             if constexpr (!kFold) {
-              const float4 al = *reinterpret_cast<const float4*>(&sm.alpha[t][c]);
+              const float4 al = *reinterpret_cast<const float4*>(&sm.vec.alpha[t][c]);
               alv[0] = al.x, alv[1] = al.y, alv[2] = al.z, alv[3] = al.w;
             }
 #pragma unroll
@@ -518,9 +856,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         for (int j = 0; j < Tr::kChunks; ++j)
 #pragma unroll
           for (int e4 = 0; e4 < kVec; e4 += 4) {
-            // (folded: k_hat / c_t, in sm.alpha)
-            const float4 kh = *reinterpret_cast<const float4*>(kFold ? &sm.alpha[t][Tr::column(lr, j, e4)]
-                                                                     : &sm.k_hat[t][Tr::column(lr, j, e4)]);
+            // (folded: k_hat / c_t, in sm.vec.alpha)
+            const float4 kh = *reinterpret_cast<const float4*>(kFold ? &sm.vec.alpha[t][Tr::column(lr, j, e4)]
+                                                                     : &sm.vec.k_hat[t][Tr::column(lr, j, e4)]);
             const float khv[4] = {kh.x, kh.y, kh.z, kh.w};
 #pragma unroll
             for (int i = 0; i < RPT; ++i)
@@ -555,22 +893,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     walk(std::true_type{});
   else
     walk(std::false_type{});
-
-  // ---- out: 16-byte pieces of 8 rows, from the staging buffer ----
-  __syncthreads();
-  constexpr int kPieces = Tr::kRows / 8;
-  const int64_t begin = sm.out_begin;
-  if (tid < sm.out_length * kPieces) {
-    const int t = tid / kPieces, piece = tid % kPieces;
-    uint16_t* dst =
-        a.out + batch_row * a.out_s[0] + (begin + t) * a.out_s[1] + hv * a.out_s[2] + slice * Tr::kRows + piece * 8;
-    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&sm.out[t][piece * 8]);
+  write_out(sm, a, batch_row, hv, slice, tid);
   }
 }
 
 // Launches the kernel for `units` = sequences × heads × Tr::kSlices work units, one CTA each
 // (kda_decode_sm90.cu).
-template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses>
+template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses, bool kMatrix>
 cudaError_t launch_kda_decode(const KdaDecodeArgs& args, int64_t units, cudaStream_t stream);
 
 // ---- the host side of a launch, shared by src/cuda/decode_dispatch.cu (the GPU) and
@@ -623,19 +952,26 @@ inline int decode_row_passes(DType state, int64_t pairs, int64_t D, int rows_per
                                                                                                                   : 1;
 }
 
-// The kernel's shape for a problem: decode_rows_per_thread's rows and decode_row_passes's passes.
+// The kernel's shape for a problem: decode_rows_per_thread's rows, decode_row_passes's passes, and
+// whether the steps are matrix steps (kDecodeMatrixSteps: not speculative, not a fixed batch of one
+// token, 4 rows a thread in one pass).
 struct DecodeShape {
   int rows_per_thread;
   int row_passes;
+  bool matrix = false;
 };
 
-inline DecodeShape decode_shape(DType state, int64_t pairs, int64_t D, int sm_count, bool one_token) {
+inline DecodeShape decode_shape(DType state, int64_t pairs, int64_t D, int sm_count, bool one_token,
+                                bool speculative) {
   const int rows_per_thread = decode_rows_per_thread(pairs, D, sm_count);
-  return {rows_per_thread, decode_row_passes(state, pairs, D, rows_per_thread, sm_count, one_token)};
+  DecodeShape shape{rows_per_thread, decode_row_passes(state, pairs, D, rows_per_thread, sm_count, one_token)};
+  shape.matrix = kDecodeMatrixSteps && !speculative && !one_token && shape.rows_per_thread == 4 && shape.row_passes == 1;
+  return shape;
 }
 
-// Calls f(Tr{}) with the traits of the state dtype, D (128 or 64), rows per thread (4, 2, else 1) and
-// passes (2 only with a bf16 state, D = 128 and 4 rows a thread, else 1).
+// Calls f(Tr{}) with the traits of the state dtype, D (128 or 64), rows per thread (4, 2, else 1),
+// passes (2 only with a bf16 state, D = 128 and 4 rows a thread, else 1) and the matrix step (4 rows
+// a thread, one pass).
 template <class F>
 auto with_decode_traits(DType state, int64_t D, const DecodeShape& shape, F&& f) {
   auto rows = [&](auto st, auto d) {
@@ -645,6 +981,7 @@ auto with_decode_traits(DType state, int64_t D, const DecodeShape& shape, F&& f)
       case 4:
         if constexpr (kD == 128 && std::is_same_v<S, __nv_bfloat16>)
           if (shape.row_passes == 2) return f(KdaDecodeTraits<S, kD, 4, 2>{});
+        if (shape.matrix) return f(KdaDecodeTraits<S, kD, 4, 1, true>{});
         return f(KdaDecodeTraits<S, kD, 4>{});
       case 2: return f(KdaDecodeTraits<S, kD, 2>{});
       default: return f(KdaDecodeTraits<S, kD, 1>{});

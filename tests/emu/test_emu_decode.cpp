@@ -56,9 +56,10 @@ Status emulated_decode(DecodeParams p, int sm_count, EmuShape force, const int32
   sm90::DecodeShape shape = sm90::decode_shape(p.state_dtype, pairs, D, sm_count, one_token, speculative);
   if (force.rows > 0) shape.rows_per_thread = force.rows;
   if (force.passes > 0) shape.row_passes = force.passes;
-  // (the matrix step as the dispatcher would choose it for the shape used, unless forced)
-  const bool matrix_shape = !speculative && !one_token && shape.rows_per_thread == 4 && shape.row_passes == 1;
-  shape.matrix = matrix_shape && (force.matrix >= 0 ? force.matrix == 1 : sm90::kDecodeMatrixSteps);
+  // (the matrix step as the dispatcher would choose it for the shape used, unless forced: forced, also
+  // for fixed batches of one token a step, which the kernel takes as any other length)
+  const bool matrix_shape = !speculative && shape.rows_per_thread == 4 && shape.row_passes == 1;
+  shape.matrix = matrix_shape && (force.matrix >= 0 ? force.matrix == 1 : sm90::kDecodeMatrixSteps && !one_token);
   try {
     sm90::with_decode_traits(p.state_dtype, D, shape, [&](auto tr) {
       using Tr = decltype(tr);
@@ -344,12 +345,20 @@ INSTANTIATE_TEST_SUITE_P(Emulation, EmulatedDecode, ::testing::ValuesIn(decode_c
 // The cases with steps of several tokens again in each form of the step, whatever the library's
 // defaults (kDecodeFoldSteps, kDecodeMatrixSteps): the token walk with the decays folded into the
 // token vectors and without, and the matrix step, for which the shape is forced to the one it runs
-// in (4 rows a thread, one pass) where the case does not check the dispatcher's choice.
+// in (4 rows a thread, one pass) where the case does not check the dispatcher's choice; and the
+// matrix step with one token a step (the 4-row one-pass cases).
 std::vector<DecodeCase> step_form_cases() {
   std::vector<DecodeCase> out;
   for (DecodeCase c : decode_cases()) {
     const bool several = c.cfg.seq_lens.empty() ? c.cfg.seqlen >= 2 : true;
-    if (!several || c.S > 1) continue;  // (speculative steps take the token walk, unfolded)
+    if (c.S > 1) continue;  // (speculative steps take the token walk, unfolded)
+    if (!several) {         // one token a step: the matrix step forced (the folded walk needs two)
+      if (c.expect_rows != 0 || c.rows != 4 || c.passes != 1) continue;
+      c.matrix = 1;
+      c.name += "_matrix";
+      out.push_back(c);
+      continue;
+    }
     c.matrix = 0;
     for (int fold : {0, 1}) {
       c.fold = fold;

@@ -58,8 +58,9 @@ Status emulated_decode(DecodeParams p, int sm_count, EmuShape force, const int32
   if (force.passes > 0) shape.row_passes = force.passes;
   // (the matrix step as the dispatcher would choose it for the shape used, unless forced: forced, also
   // for fixed batches of one token a step, which the kernel takes as any other length)
-  const bool matrix_shape = !speculative && shape.rows_per_thread == 4 && shape.row_passes == 1;
-  shape.matrix = matrix_shape && (force.matrix >= 0 ? force.matrix == 1 : sm90::kDecodeMatrixSteps && !one_token);
+  const bool matrix_shape = !speculative && shape.rows_per_thread == 4;
+  shape.matrix = matrix_shape && (force.matrix >= 0 ? force.matrix == 1
+                                                    : sm90::kDecodeMatrixSteps && (sm90::kDecodeMatrixOneToken || !one_token));
   try {
     sm90::with_decode_traits(p.state_dtype, D, shape, [&](auto tr) {
       using Tr = decltype(tr);
@@ -353,7 +354,7 @@ std::vector<DecodeCase> step_form_cases() {
     const bool several = c.cfg.seq_lens.empty() ? c.cfg.seqlen >= 2 : true;
     if (c.S > 1) continue;  // (speculative steps take the token walk, unfolded)
     if (!several) {         // one token a step: the matrix step forced (the folded walk needs two)
-      if (c.expect_rows != 0 || c.rows != 4 || c.passes != 1) continue;
+      if (c.expect_rows != 0 || c.rows != 4) continue;
       c.matrix = 1;
       c.name += "_matrix";
       out.push_back(c);
@@ -371,7 +372,7 @@ std::vector<DecodeCase> step_form_cases() {
     x.fold = 0;
     x.matrix = 1;
     x.rows = 4;
-    x.passes = 1;
+    if (x.passes != 2) x.passes = 1;  // (bf16, D = 128: the two-pass cases keep their passes)
     x.name += "_matrix";
     out.push_back(x);
   }

@@ -1,6 +1,7 @@
 #!/bin/bash
-# x1 for bench/results/s30/run2.sh: the checked-out tree with kDecodeMatrixSteps = true and fixed
-# batches of one token a step on the matrix step too; packed into build-s30/s30b.tar.xz.
+# x1 for bench/results/s30/run2.sh: the checked-out tree with kDecodeMatrixSteps = true and
+# kDecodeMatrixOneToken = true (fixed batches of one token a step on the matrix step too, bf16 pools
+# in their two passes); packed into build-s30/s30b.tar.xz.
 set -euo pipefail
 ROOT=$PWD
 B=$ROOT/build-s30
@@ -8,8 +9,9 @@ rm -rf /tmp/s30_x1 && mkdir -p /tmp/s30_x1 $B/x1
 git ls-files -z | (cd $ROOT && xargs -0 cp --parents -t /tmp/s30_x1)
 H=/tmp/s30_x1/src/cuda/sm90/kda_decode_sm90.cuh
 sed -i 's/inline constexpr bool kDecodeMatrixSteps = false;/inline constexpr bool kDecodeMatrixSteps = true;/' $H
-sed -i 's/shape.matrix = kDecodeMatrixSteps \&\& !speculative \&\& !one_token \&\&/shape.matrix = kDecodeMatrixSteps \&\& !speculative \&\&/' $H
-grep -q "kDecodeMatrixSteps && !speculative && shape" $H
+sed -i 's/inline constexpr bool kDecodeMatrixOneToken = false;/inline constexpr bool kDecodeMatrixOneToken = true;/' $H
+grep -q "kDecodeMatrixOneToken = true" $H
+grep -q "kDecodeMatrixSteps = true" $H
 cmake -S /tmp/s30_x1 -B $B/src_x1 -DCMAKE_BUILD_TYPE=Release -DFLASH_KDA_BUILD_TESTS=ON -DFLASH_KDA_BUILD_BENCH=ON \
   -DFLASH_KDA_BUILD_EXAMPLES=OFF > $B/src_x1.cfg.log
 cmake --build $B/src_x1 -j2 --target kda_bench test_cuda_decode > $B/src_x1.build.log

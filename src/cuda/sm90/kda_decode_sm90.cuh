@@ -84,11 +84,13 @@ struct KdaDecodeArgs {
 inline constexpr bool kDecodeFoldSteps = true;
 
 // Whether decode steps run as tensor-core products over the whole step (the kernel's "matrix step";
-// docs/serving.md) where the step is not speculative, is not one token a sequence in a fixed batch,
-// and the kernel's shape is 4 rows a thread in one pass (the grids that fill the GPU): a kernel of its
-// own (KdaDecodeTraits::kMatrix_, decode_shape). Elsewhere, and where this is off, the token walk.
-// Off until it is timed on a GPU: the emulated tests run every multi-token case in each form.
+// docs/serving.md) where the step is not speculative, is not one token a sequence in a fixed batch
+// (unless kDecodeMatrixOneToken), and the kernel's shape is 4 rows a thread (the grids that fill the
+// GPU): a kernel of its own (KdaDecodeTraits::kMatrix_, decode_shape). Elsewhere, and where this is
+// off, the token walk. Off until it is timed on a GPU: the emulated tests run every multi-token case
+// in each form, and the matrix step with one token a step.
 inline constexpr bool kDecodeMatrixSteps = false;
+inline constexpr bool kDecodeMatrixOneToken = false;
 
 // Compile-time shape of the kernel: StateT is float or __nv_bfloat16, kHeadDim (K = V) 128 or 64,
 // kRowsPerThread 1, 2 or 4, kRowPasses 1 or 2 (2: D = 128 with 4 rows a thread only, the whole head a CTA).
@@ -124,7 +126,7 @@ struct KdaDecodeTraits {
   static constexpr int kMinBlocks = (kRowsPerThread >= 4 ? 4 : kRowsPerThread == 2 ? 5 : 6) * 128 / kThreads;
   static_assert(kDim == 128 || kDim == 64, "the decode kernel is built for K = V = 128 and 64");
   static_assert(kRowPasses == 1 || kRowPasses == 2, "one or two passes over a CTA's rows");
-  static_assert(!kMatrix || (kRowsPerThread == 4 && kRowPasses == 1), "the matrix step: 4 rows a thread, one pass");
+  static_assert(!kMatrix || kRowsPerThread == 4, "the matrix step: 4 rows a thread");
   static_assert(kDim % kRows == 0, "the rows of S must split evenly over the CTAs of a head");
   static_assert(kRows % 8 == 0, "out is written in 16-byte pieces of 8 rows");
   static_assert(kMaxTokens * kRows / 8 <= kThreads, "one thread per 16-byte piece of out");
@@ -447,9 +449,9 @@ __device__ __forceinline__ void matrix_operands(KdaDecodeSmem<Tr>& sm, int lengt
   __syncthreads();
 }
 
-// The matrix step's walk, each warp its kWarpRows rows: the state from shared memory into the
-// accumulator fragments, the products, δ and out for each row, the update, the rows back to `dst`
-// (the slot's rows of this CTA). `length` as for matrix_operands.
+// The matrix step's walk, each warp its kWarpRows rows of each pass: the state from shared memory
+// into the accumulator fragments, the products, δ and out for each row, the update, the rows back to
+// `dst` (the slot's rows of this CTA). `length` as for matrix_operands.
 template <class Tr, int kTT>
 __device__ __forceinline__ void matrix_walk(KdaDecodeSmem<Tr>& sm, typename Tr::State* dst, int length, int warp,
                                             int lane) {
@@ -459,8 +461,11 @@ __device__ __forceinline__ void matrix_walk(KdaDecodeSmem<Tr>& sm, typename Tr::
   constexpr int kXTiles = 2 * kTT / 8;
   constexpr bool kF32 = std::is_same_v<State, float>;
   const int g = lane / 4, tq = lane % 4, quad = lane & ~3;
-  const int row0 = warp * Shape::kWarpRows + g;  // rows row0 + 16 mt and row0 + 16 mt + 8
-  mbarrier_wait(&sm.state_loaded[0], 0);
+#pragma unroll 1
+  for (int pass = 0; pass < Tr::kRowPasses_; ++pass) {
+  // rows row0 + 16 mt and row0 + 16 mt + 8 (of the CTA's slice)
+  const int row0 = (pass * Tr::kWarps + warp) * Shape::kWarpRows + g;
+  mbarrier_wait(&sm.state_loaded[pass], 0);
   float st[MT][NT][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -574,6 +579,7 @@ __device__ __forceinline__ void matrix_walk(KdaDecodeSmem<Tr>& sm, typename Tr::
         }
         store_state_vec(dst + int64_t(row0 + 16 * mt + 8 * h) * D + grp * Shape::kGroup + tq * V, x);
       }
+  }
   }
 }
 
@@ -953,8 +959,8 @@ inline int decode_row_passes(DType state, int64_t pairs, int64_t D, int rows_per
 }
 
 // The kernel's shape for a problem: decode_rows_per_thread's rows, decode_row_passes's passes, and
-// whether the steps are matrix steps (kDecodeMatrixSteps: not speculative, not a fixed batch of one
-// token, 4 rows a thread in one pass).
+// whether the steps are matrix steps (kDecodeMatrixSteps: not speculative, 4 rows a thread, not a
+// fixed batch of one token unless kDecodeMatrixOneToken).
 struct DecodeShape {
   int rows_per_thread;
   int row_passes;
@@ -965,13 +971,13 @@ inline DecodeShape decode_shape(DType state, int64_t pairs, int64_t D, int sm_co
                                 bool speculative) {
   const int rows_per_thread = decode_rows_per_thread(pairs, D, sm_count);
   DecodeShape shape{rows_per_thread, decode_row_passes(state, pairs, D, rows_per_thread, sm_count, one_token)};
-  shape.matrix = kDecodeMatrixSteps && !speculative && !one_token && shape.rows_per_thread == 4 && shape.row_passes == 1;
+  shape.matrix = kDecodeMatrixSteps && !speculative && (kDecodeMatrixOneToken || !one_token) && shape.rows_per_thread == 4;
   return shape;
 }
 
 // Calls f(Tr{}) with the traits of the state dtype, D (128 or 64), rows per thread (4, 2, else 1),
 // passes (2 only with a bf16 state, D = 128 and 4 rows a thread, else 1) and the matrix step (4 rows
-// a thread, one pass).
+// a thread).
 template <class F>
 auto with_decode_traits(DType state, int64_t D, const DecodeShape& shape, F&& f) {
   auto rows = [&](auto st, auto d) {
@@ -980,7 +986,8 @@ auto with_decode_traits(DType state, int64_t D, const DecodeShape& shape, F&& f)
     switch (shape.rows_per_thread) {
       case 4:
         if constexpr (kD == 128 && std::is_same_v<S, __nv_bfloat16>)
-          if (shape.row_passes == 2) return f(KdaDecodeTraits<S, kD, 4, 2>{});
+          if (shape.row_passes == 2)
+            return shape.matrix ? f(KdaDecodeTraits<S, kD, 4, 2, true>{}) : f(KdaDecodeTraits<S, kD, 4, 2>{});
         if (shape.matrix) return f(KdaDecodeTraits<S, kD, 4, 1, true>{});
         return f(KdaDecodeTraits<S, kD, 4>{});
       case 2: return f(KdaDecodeTraits<S, kD, 2>{});

@@ -91,6 +91,11 @@ inline constexpr bool kDecodeFoldSteps = true;
 // in each form, and the matrix step with one token a step.
 inline constexpr bool kDecodeMatrixSteps = false;
 inline constexpr bool kDecodeMatrixOneToken = false;
+// Measurement switches of the matrix step (docs/perf_log.md, session 30): independent accumulator
+// chains of its products (1: two where a warp holds one row tile) and two passes over a whole head for
+// bf16 pools at D = 128 with several tokens a step (as with one token: decode_row_passes).
+inline constexpr int kDecodeMatrixChains = 0;
+inline constexpr bool kDecodeMatrixTwoPasses = false;
 
 // Compile-time shape of the kernel: StateT is float or __nv_bfloat16, kHeadDim (K = V) 128 or 64,
 // kRowsPerThread 1, 2 or 4, kRowPasses 1 or 2 (2: D = 128 with 4 rows a thread only, the whole head a CTA).
@@ -482,11 +487,17 @@ __device__ __forceinline__ void matrix_walk(KdaDecodeSmem<Tr>& sm, typename Tr::
         }
       }
   // The products: acc[mt][x] = S0 rows × the 8 columns of tile x of [c_t ⊙ k_t | c_t ⊙ q_t].
-  float acc[MT][kXTiles][4];
+  // (kChains independent accumulators a tile, summed at the end: the main products of tile j go to
+  // chain j % kChains and the rest terms to the next chain, so that no chain of dependent MMAs is
+  // longer than ~NT MMAs; one warp of a CTA an SM sub-partition has nothing else to overlap them with)
+  constexpr int kChains = kDecodeMatrixChains == 0 ? 1 : (MT == 1 ? 2 : 1);
+  float acc[MT][kXTiles][kChains][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int x = 0; x < kXTiles; ++x) acc[mt][x][0] = acc[mt][x][1] = acc[mt][x][2] = acc[mt][x][3] = 0.f;
+    for (int x = 0; x < kXTiles; ++x)
+#pragma unroll
+      for (int ch = 0; ch < kChains; ++ch) acc[mt][x][ch][0] = acc[mt][x][ch][1] = acc[mt][x][ch][2] = acc[mt][x][ch][3] = 0.f;
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -496,13 +507,23 @@ __device__ __forceinline__ void matrix_walk(KdaDecodeSmem<Tr>& sm, typename Tr::
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const float* f = st[mt][j];
+        float(&rest)[4] = acc[mt][x][(j + 1) % kChains];
+        float(&main)[4] = acc[mt][x][j % kChains];
         if constexpr (kF32)
-          ptx::mma_tf32(acc[mt][x], ptx::tf32_rest(f[0]), ptx::tf32_rest(f[2]), ptx::tf32_rest(f[1]),
-                        ptx::tf32_rest(f[3]), b.x, b.y);
-        ptx::mma_tf32(acc[mt][x], f[0], f[2], f[1], f[3], b0r, b1r);
-        ptx::mma_tf32(acc[mt][x], f[0], f[2], f[1], f[3], b.x, b.y);
+          ptx::mma_tf32(rest, ptx::tf32_rest(f[0]), ptx::tf32_rest(f[2]), ptx::tf32_rest(f[1]), ptx::tf32_rest(f[3]),
+                        b.x, b.y);
+        ptx::mma_tf32(rest, f[0], f[2], f[1], f[3], b0r, b1r);
+        ptx::mma_tf32(main, f[0], f[2], f[1], f[3], b.x, b.y);
       }
     }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int x = 0; x < kXTiles; ++x)
+#pragma unroll
+      for (int ch = 1; ch < kChains; ++ch)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[mt][x][0][r] += acc[mt][x][ch][r];
   const float* ab = sm.ab;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
@@ -517,7 +538,7 @@ __device__ __forceinline__ void matrix_walk(KdaDecodeSmem<Tr>& sm, typename Tr::
 #pragma unroll
         for (int x = 0; x < kXTiles; ++x)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) xs[8 * x + 2 * src + e] = __shfl_sync(0xffffffffu, acc[mt][x][2 * h + e], quad | src);
+          for (int e = 0; e < 2; ++e) xs[8 * x + 2 * src + e] = __shfl_sync(0xffffffffu, acc[mt][x][0][2 * h + e], quad | src);
       const int row = row0 + 16 * mt + 8 * h;
       float d[kTT];
 #pragma unroll
@@ -972,6 +993,8 @@ inline DecodeShape decode_shape(DType state, int64_t pairs, int64_t D, int sm_co
   const int rows_per_thread = decode_rows_per_thread(pairs, D, sm_count);
   DecodeShape shape{rows_per_thread, decode_row_passes(state, pairs, D, rows_per_thread, sm_count, one_token)};
   shape.matrix = kDecodeMatrixSteps && !speculative && (kDecodeMatrixOneToken || !one_token) && shape.rows_per_thread == 4;
+  if (shape.matrix && kDecodeMatrixTwoPasses)
+    shape.row_passes = decode_row_passes(state, pairs, D, rows_per_thread, sm_count, /*one_token=*/true);
   return shape;
 }
 

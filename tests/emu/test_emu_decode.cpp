@@ -54,13 +54,13 @@ Status emulated_decode(DecodeParams p, int sm_count, EmuShape force, const int32
   const int64_t D = p.head_dim_k, pairs = N * HV;
   const bool one_token = p.cu_seqlens == nullptr && p.seqlen == 1, speculative = p.slots_per_seq > 1;
   sm90::DecodeShape shape = sm90::decode_shape(p.state_dtype, pairs, D, sm_count, one_token, speculative);
+  const bool dispatcher_matrix = shape.matrix;
   if (force.rows > 0) shape.rows_per_thread = force.rows;
   if (force.passes > 0) shape.row_passes = force.passes;
-  // (the matrix step as the dispatcher would choose it for the shape used, unless forced: forced, also
-  // for fixed batches of one token a step, which the kernel takes as any other length)
+  // (the matrix step as the dispatcher chose it, unless forced: forced, on any shape of 4 rows a
+  // thread, also for fixed batches of one token a step, which the kernel takes as any other length)
   const bool matrix_shape = !speculative && shape.rows_per_thread == 4;
-  shape.matrix = matrix_shape && (force.matrix >= 0 ? force.matrix == 1
-                                                    : sm90::kDecodeMatrixSteps && (sm90::kDecodeMatrixOneToken || !one_token));
+  shape.matrix = matrix_shape && (force.matrix >= 0 ? force.matrix == 1 : dispatcher_matrix);
   try {
     sm90::with_decode_traits(p.state_dtype, D, shape, [&](auto tr) {
       using Tr = decltype(tr);
@@ -88,6 +88,7 @@ struct DecodeCase {
   bool accepted = false;  // speculative with num_accepted_tokens
   int expect_rows = 0;    // the dispatcher must choose this (0: not checked)
   int expect_passes = 0;  // and this
+  int expect_matrix = -1; // and this (1: the matrix step; -1: not checked)
   int fold = -1;          // EmuShape::fold
   int matrix = -1;        // EmuShape::matrix
 };
@@ -124,12 +125,13 @@ std::vector<DecodeCase> decode_cases() {
   struct Dispatch {
     DType dtype;
     int sms, rows, passes, tokens;
+    int matrix = 0;  // the matrix step (bf16, 4 rows, at least 4 pairs an SM, several tokens)
   };
   for (const Dispatch& w :
        {Dispatch{DType::kF32, 4, 4, 1, 3}, Dispatch{DType::kF32, 6, 2, 1, 3}, Dispatch{DType::kF32, 132, 1, 1, 3},
-        Dispatch{DType::kF32, 2, 4, 1, 1}, Dispatch{DType::kBF16, 2, 4, 2, 1}, Dispatch{DType::kBF16, 2, 4, 1, 3},
+        Dispatch{DType::kF32, 2, 4, 1, 1}, Dispatch{DType::kBF16, 2, 4, 2, 1}, Dispatch{DType::kBF16, 2, 4, 2, 3, 1},
         Dispatch{DType::kBF16, 3, 4, 1, 1}, Dispatch{DType::kBF16, 6, 2, 1, 1}, Dispatch{DType::kBF16, 1, 4, 2, 1},
-        Dispatch{DType::kBF16, 1, 4, 1, 4}, Dispatch{DType::kF32, 1, 4, 1, 4}}) {
+        Dispatch{DType::kBF16, 1, 4, 2, 4, 1}, Dispatch{DType::kBF16, 3, 4, 1, 3}, Dispatch{DType::kF32, 1, 4, 1, 4}}) {
     DecodeCase c;
     c.name = std::string("dispatch_") + (w.dtype == DType::kF32 ? "fp32" : "bf16") + "_sm" + std::to_string(w.sms) +
              "_t" + std::to_string(w.tokens);
@@ -139,6 +141,7 @@ std::vector<DecodeCase> decode_cases() {
     c.sm_count = w.sms;
     c.expect_rows = w.rows;
     c.expect_passes = w.passes;
+    c.expect_matrix = w.matrix;
     cases.push_back(c);
   }
   // Speculative: num_accepted_tokens picks the read column; sequence 0 skips its last write, 1 is
@@ -297,6 +300,7 @@ TEST_P(EmulatedDecode, MatchesTheFloat64Reference) {
   if (c.expect_rows) EXPECT_EQ(rows_used, c.expect_rows) << "the dispatcher's rows per thread";
   if (c.expect_passes) EXPECT_EQ(passes_used, c.expect_passes) << "the dispatcher's passes";
   if (c.passes) EXPECT_EQ(passes_used, c.passes) << "the passes forced";
+  if (c.expect_matrix >= 0) EXPECT_EQ(used.matrix, c.expect_matrix) << "the dispatcher's step form";
 
   // out: the reference's poisoned elements (padding sequences) poisoned, the others close.
   std::vector<double> got_out, want_out;
@@ -353,8 +357,11 @@ std::vector<DecodeCase> step_form_cases() {
   for (DecodeCase c : decode_cases()) {
     const bool several = c.cfg.seq_lens.empty() ? c.cfg.seqlen >= 2 : true;
     if (c.S > 1) continue;  // (speculative steps take the token walk, unfolded)
+    const int dispatcher_rows = c.expect_rows;
+    c.expect_rows = c.expect_passes = 0;  // (the forms forced, not the dispatcher's choice, are checked)
+    c.expect_matrix = -1;
     if (!several) {         // one token a step: the matrix step forced (the folded walk needs two)
-      if (c.expect_rows != 0 || c.rows != 4) continue;
+      if (dispatcher_rows != 0 || c.rows != 4) continue;
       c.matrix = 1;
       c.name += "_matrix";
       out.push_back(c);
@@ -367,7 +374,7 @@ std::vector<DecodeCase> step_form_cases() {
       x.name += fold ? "_folded" : "_unfolded";
       out.push_back(x);
     }
-    if (c.expect_rows != 0 && c.expect_rows != 4) continue;
+    if (dispatcher_rows != 0 && dispatcher_rows != 4) continue;
     DecodeCase x = c;
     x.fold = 0;
     x.matrix = 1;

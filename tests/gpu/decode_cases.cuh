@@ -168,13 +168,10 @@ std::vector<DecodeCase> decode_cases() {
   add(decode_fixed("160 pairs (2 rows a thread)", 40, 2));
   c = decode_fixed("160 pairs bf16 padding", 40, 3); c.state = DType::kBF16; c.padding = true; add(c);
   add(decode_fixed("320 pairs (4 rows a thread)", 80, 1));
-  // Several tokens a step on 4 rows a thread: the matrix step where it is on (kDecodeMatrixSteps;
-  // kda_decode_sm90.cuh), with a padding sequence, 8 tokens at the sigmoid gate's floor, extreme
-  // softplus decays and a packed batch whose sequences have 0..8 tokens.
+  // Several tokens a step on 4 rows a thread, with a padding sequence, extreme softplus decays and a
+  // packed batch whose sequences have 0..8 tokens (fp32: the folded token walk).
   c = decode_fixed("320 pairs T=4 padding", 80, 4); c.padding = true; add(c);
-  c = decode_fixed("320 pairs T=8 bf16 sigmoid floor", 80, 8); c.g_shift = 25.f; c.state = DType::kBF16; add(c);
   c = decode_fixed("320 pairs T=5 softplus e^-1e4", 80, 5); c.gate = GateForm::kSoftplus; c.extreme = Extreme::kChunk1e4; add(c);
-  c = decode_fixed("320 pairs T=3 bf16 softplus e^-200 neg eigval", 80, 3); c.state = DType::kBF16; c.gate = GateForm::kSoftplus; c.extreme = Extreme::kOneToken200; c.neg_eigval = true; add(c);
   {
     std::vector<int64_t> lens;
     for (int i = 0; i < 30; ++i) lens.insert(lens.end(), {2, 0, 8, 1, 5, 4, 3, 7, 6});
@@ -186,7 +183,17 @@ std::vector<DecodeCase> decode_cases() {
   // sequences, speculative slots and a packed batch of 800 sequences among them.
   c = decode_fixed("528 pairs bf16 padding (two passes)", 132, 1); c.state = DType::kBF16; c.padding = true; add(c);
   c = decode_fixed("640 pairs bf16 padding (two passes)", 160, 1); c.state = DType::kBF16; c.padding = true; add(c);
-  c = decode_fixed("640 pairs bf16 T=4 (one pass)", 160, 4); c.state = DType::kBF16; add(c);
+  // With several tokens a step there (not speculative): the matrix step (kDecodeMatrixSteps), at 8
+  // tokens on the sigmoid gate's floor, with extreme softplus decays and beta up to 2, and a packed
+  // batch whose sequences have 0..8 tokens.
+  c = decode_fixed("640 pairs bf16 T=4 (matrix step)", 160, 4); c.state = DType::kBF16; add(c);
+  c = decode_fixed("640 pairs bf16 T=8 sigmoid floor padding", 160, 8); c.g_shift = 25.f; c.state = DType::kBF16; c.padding = true; add(c);
+  c = decode_fixed("640 pairs bf16 T=3 softplus e^-200 neg eigval", 160, 3); c.state = DType::kBF16; c.gate = GateForm::kSoftplus; c.extreme = Extreme::kOneToken200; c.neg_eigval = true; add(c);
+  {
+    std::vector<int64_t> lens;
+    for (int i = 0; i < 80; ++i) lens.insert(lens.end(), {2, 0, 8, 1, 5, 4, 3, 7, 6});
+    c = decode_varlen("bf16 varlen 720 x 0..8 (matrix step)", lens); c.state = DType::kBF16; add(c);
+  }
   c = decode_fixed("640 pairs bf16 spec (one pass)", 160, 2); c.S = 2; c.accepted = true; c.state = DType::kBF16; add(c);
   {
     std::vector<int64_t> lens;
@@ -231,7 +238,7 @@ std::vector<DecodeCase> decode_cases() {
   for (size_t i = 0; i < d128_cases; ++i) {
     c = cs[i];
     if (c.name.find("528 pairs") != std::string::npos || c.name.find("640 pairs") != std::string::npos ||
-        c.name.find("varlen 200 x") != std::string::npos)
+        c.name.find("varlen 200 x") != std::string::npos || c.name.find("varlen 720 x") != std::string::npos)
       continue;  // (D = 128 only)
     c.dim = 64;
     for (const Shape& sh : shapes) {

@@ -84,18 +84,15 @@ struct KdaDecodeArgs {
 inline constexpr bool kDecodeFoldSteps = true;
 
 // Whether decode steps run as tensor-core products over the whole step (the kernel's "matrix step";
-// docs/serving.md) where the step is not speculative, is not one token a sequence in a fixed batch
-// (unless kDecodeMatrixOneToken), and the kernel's shape is 4 rows a thread (the grids that fill the
-// GPU): a kernel of its own (KdaDecodeTraits::kMatrix_, decode_shape). Elsewhere, and where this is
-// off, the token walk. Off until it is timed on a GPU: the emulated tests run every multi-token case
-// in each form, and the matrix step with one token a step.
-inline constexpr bool kDecodeMatrixSteps = false;
-inline constexpr bool kDecodeMatrixOneToken = false;
-// Measurement switches of the matrix step (docs/perf_log.md, session 30): independent accumulator
-// chains of its products (1: two where a warp holds one row tile) and two passes over a whole head for
-// bf16 pools at D = 128 with several tokens a step (as with one token: decode_row_passes).
-inline constexpr int kDecodeMatrixChains = 0;
-inline constexpr bool kDecodeMatrixTwoPasses = false;
+// docs/serving.md): a kernel of its own (KdaDecodeTraits::kMatrix_, decode_shape), for steps that are
+// not speculative and not a fixed batch of one token, on bf16 pools at D = 128 where the grid holds
+// at least 4 (sequence, head) pairs an SM — each CTA then owns a whole head in two passes of 64 rows
+// (32 KB in flight a CTA, as bf16 steps of one token). Measured on the H100 against the folded token
+// walk (docs/perf_log.md, session 30): b256_t4_bf16 -10 %, b64_t4_bf16 -9 %; the matrix step on one
+// pass, on fp32 pools, at D = 64 or for one token a step measured at best even, so those keep the
+// token walk. The emulated tests run every multi-token case in each form, and the matrix step with
+// one token a step and on every shape it can run on.
+inline constexpr bool kDecodeMatrixSteps = true;
 
 // Compile-time shape of the kernel: StateT is float or __nv_bfloat16, kHeadDim (K = V) 128 or 64,
 // kRowsPerThread 1, 2 or 4, kRowPasses 1 or 2 (2: D = 128 with 4 rows a thread only, the whole head a CTA).
@@ -489,8 +486,9 @@ __device__ __forceinline__ void matrix_walk(KdaDecodeSmem<Tr>& sm, typename Tr::
   // The products: acc[mt][x] = S0 rows × the 8 columns of tile x of [c_t ⊙ k_t | c_t ⊙ q_t].
   // (kChains independent accumulators a tile, summed at the end: the main products of tile j go to
   // chain j % kChains and the rest terms to the next chain, so that no chain of dependent MMAs is
-  // longer than ~NT MMAs; one warp of a CTA an SM sub-partition has nothing else to overlap them with)
-  constexpr int kChains = kDecodeMatrixChains == 0 ? 1 : (MT == 1 ? 2 : 1);
+  // longer than ~NT MMAs where a warp has one row tile and one column tile (with two tiles they are two
+  // chains already); measured -2.5 % on b256_t4_bf16 in one pass)
+  constexpr int kChains = MT == 1 && kXTiles == 1 ? 2 : 1;
   float acc[MT][kXTiles][kChains][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -980,8 +978,8 @@ inline int decode_row_passes(DType state, int64_t pairs, int64_t D, int rows_per
 }
 
 // The kernel's shape for a problem: decode_rows_per_thread's rows, decode_row_passes's passes, and
-// whether the steps are matrix steps (kDecodeMatrixSteps: not speculative, 4 rows a thread, not a
-// fixed batch of one token unless kDecodeMatrixOneToken).
+// whether the steps are matrix steps (kDecodeMatrixSteps: bf16 pools at D = 128 with two passes, steps
+// that are neither speculative nor a fixed batch of one token).
 struct DecodeShape {
   int rows_per_thread;
   int row_passes;
@@ -992,9 +990,12 @@ inline DecodeShape decode_shape(DType state, int64_t pairs, int64_t D, int sm_co
                                 bool speculative) {
   const int rows_per_thread = decode_rows_per_thread(pairs, D, sm_count);
   DecodeShape shape{rows_per_thread, decode_row_passes(state, pairs, D, rows_per_thread, sm_count, one_token)};
-  shape.matrix = kDecodeMatrixSteps && !speculative && (kDecodeMatrixOneToken || !one_token) && shape.rows_per_thread == 4;
-  if (shape.matrix && kDecodeMatrixTwoPasses)
-    shape.row_passes = decode_row_passes(state, pairs, D, rows_per_thread, sm_count, /*one_token=*/true);
+  // (the shape two passes would have with one token a step: bf16, D = 128, 4 rows, 4 pairs an SM)
+  const bool two_passes = decode_row_passes(state, pairs, D, rows_per_thread, sm_count, /*one_token=*/true) == 2;
+  if (kDecodeMatrixSteps && !speculative && !one_token && two_passes) {
+    shape.matrix = true;
+    shape.row_passes = 2;
+  }
   return shape;
 }
 

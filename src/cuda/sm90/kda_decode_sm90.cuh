@@ -29,7 +29,9 @@
 //
 // which is the recurrence of docs/spec.md in exact arithmetic, with one reduction round a token
 // (steps of several tokens fold the decays into the token vectors instead: "several tokens a step"
-// in the kernel, docs/serving.md). The per-token vectors (k_hat, q_tilde, alpha, v, beta,
+// in the kernel, docs/serving.md). On bf16 pools at D = 128 with enough pairs, steps of several
+// tokens are instead one "matrix step": tensor-core products over the whole step, a kernel of its own
+// (below: KdaDecodeTraits::kMatrix_, decode_shape). The per-token vectors (k_hat, q_tilde, alpha, v, beta,
 // k_hat · q_tilde) are prepared once per CTA in shared memory, D/4 lanes per token (4 channels a
 // lane: a warp per token at D = 128, a half-warp at D = 64), while the state loads are in flight.
 // Every gate form of docs/spec.md ("Gate forms") is computed there, per token: alpha = exp(a) of

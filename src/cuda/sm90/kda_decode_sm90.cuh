@@ -293,8 +293,11 @@ struct KdaDecodeSmem {
     KdaDecodeTokenVectors<Tr> vec;
     KdaDecodeMatrixOperands<Tr> mat;
   };
-  float ab[Tr::kMaxTokens * Tr::kMaxTokens];               // the matrix step's token-pair sums
-  float ab_part[Tr::kWarps][Tr::kMaxTokens * Tr::kMaxTokens];  // (each warp's share of them)
+  // the matrix step's token-pair sums and each warp's share of them (one word in the other kernels,
+  // whose shared memory stays as it was: up to 48 KB with one pass, no function attribute)
+  static constexpr int kPairSums = Tr::kMatrix_ ? Tr::kMaxTokens * Tr::kMaxTokens : 1;
+  float ab[kPairSums];
+  float ab_part[Tr::kWarps][kPairSums];
   float v[Tr::kMaxTokens][Tr::kRows];  // this CTA's rows
   alignas(16) __nv_bfloat16 out[Tr::kMaxTokens][Tr::kRows];
   float beta[Tr::kMaxTokens];

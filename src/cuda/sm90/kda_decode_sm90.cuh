@@ -334,18 +334,17 @@ struct KdaDecodeSmem {
 // Fragments (g = lane / 4, tq = lane % 4; ptx.cuh): a warp holds 16 rows a tile (kMTiles tiles) of
 // all kDim columns as accumulators: tile j's registers are (row g, column(j, tq, 0)), (g, column(j, tq,
 // 1)), (g + 8, ...0), (g + 8, ...1). Read as the A operand of the products, the k index tq stands for
-// column(j, tq, 0) and tq + 4 for column(j, tq, 1); `column` gives each lane kVec contiguous columns
-// (16 bytes of the pool) for every kVec / 2 tiles, so the state moves by 16-byte accesses.
+// column(j, tq, 0) and tq + 4 for column(j, tq, 1), where
+//   column(j, tq, e) = (j / kTileVec) kGroup + tq kVec + 2 (j % kTileVec) + e
+// gives each lane kVec contiguous columns (16 bytes of the pool) for every kTileVec = kVec / 2 tiles,
+// so the state moves by 16-byte accesses (the walk's loads and stores, the operands' inverse map).
 template <class Tr>
 struct DecodeMatrixShape {
-  static constexpr int kTiles = Tr::kDim / 8;                        // 8-column tiles of a row
-  static constexpr int kTileVec = Tr::kVec / 2;                      // tiles a 16-byte piece covers
-  static constexpr int kGroup = 8 * kTileVec;                        // columns of kTileVec tiles
-  static constexpr int kWarpRows = Tr::kPassRows / Tr::kWarps;       // rows a warp holds
-  static constexpr int kMTiles = kWarpRows / 16;                     // 16-row tiles a warp holds
-  static __device__ __forceinline__ int column(int j, int tq, int e) {
-    return (j / kTileVec) * kGroup + tq * Tr::kVec + 2 * (j % kTileVec) + e;
-  }
+  static constexpr int kTiles = Tr::kDim / 8;                   // 8-column tiles of a row
+  static constexpr int kTileVec = Tr::kVec / 2;                 // tiles a 16-byte piece covers
+  static constexpr int kGroup = 8 * kTileVec;                   // columns of kTileVec tiles
+  static constexpr int kWarpRows = Tr::kPassRows / Tr::kWarps;  // rows a warp holds
+  static constexpr int kMTiles = kWarpRows / 16;                // 16-row tiles a warp holds
 };
 
 namespace decode_detail {
@@ -428,7 +427,7 @@ __device__ __forceinline__ void matrix_operands(KdaDecodeSmem<Tr>& sm, int lengt
     constexpr int kShift = 5 - log2_int(kAB);
     if ((lane & ((1 << kShift) - 1)) == 0) sm.ab_part[warp][lane >> kShift] = ab[0];
   }
-  // Column c is element e of tile j in quad position tq (DecodeMatrixShape::column).
+  // Column c is element e of tile j in quad position tq (column(j, tq, e) above).
   const int w = c % Shape::kGroup, tq = w / Tr::kVec, e = w % 2;
   const int j = (c / Shape::kGroup) * Shape::kTileVec + (w % Tr::kVec) / 2;
   // The products' B (k = columns, n = 8 columns of [c_t ⊙ k_t | c_t ⊙ q_t] a tile): lane (g, tq) of
@@ -440,8 +439,8 @@ __device__ __forceinline__ void matrix_operands(KdaDecodeSmem<Tr>& sm, int lengt
       const int u = 8 * x + g;
       reinterpret_cast<float*>(&sm.mat.x[x][j][4 * g + tq])[e] = u < kTT ? kc[u] : qc[u - kTT];
     }
-  // The update's B (k = tokens, n = the tile's columns, n = 2 tq + e at column(j, tq, e)): lane
-  // (g, tq') holds tokens tq' and tq' + 4 of n = g; zeros for tokens past kTT.
+    // The update's B (k = tokens, n = the tile's columns, n = 2 tq + e at column(j, tq, e)): lane
+    // (g, tq') holds tokens tq' and tq' + 4 of n = g; zeros for tokens past kTT.
 #pragma unroll
   for (int t = 0; t < 8; ++t)
     reinterpret_cast<float*>(&sm.mat.k[j][4 * (2 * tq + e) + (t & 3)])[t >> 2] = t < kTT ? kr[t] : 0.f;
@@ -470,140 +469,143 @@ __device__ __forceinline__ void matrix_walk(KdaDecodeSmem<Tr>& sm, typename Tr::
   const int g = lane / 4, tq = lane % 4, quad = lane & ~3;
 #pragma unroll 1
   for (int pass = 0; pass < Tr::kRowPasses_; ++pass) {
-  // rows row0 + 16 mt and row0 + 16 mt + 8 (of the CTA's slice)
-  const int row0 = (pass * Tr::kWarps + warp) * Shape::kWarpRows + g;
-  mbarrier_wait(&sm.state_loaded[pass], 0);
-  float st[MT][NT][4];
+    // rows row0 + 16 mt and row0 + 16 mt + 8 (of the CTA's slice)
+    const int row0 = (pass * Tr::kWarps + warp) * Shape::kWarpRows + g;
+    mbarrier_wait(&sm.state_loaded[pass], 0);
+    float st[MT][NT][4];
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int grp = 0; grp < NT / TV; ++grp) {
+          float x[V];
+          load_state_vec(&sm.state[row0 + 16 * mt + 8 * h][grp * Shape::kGroup + tq * V], x);
+#pragma unroll
+          for (int jj = 0; jj < TV; ++jj) {
+            st[mt][grp * TV + jj][2 * h] = x[2 * jj];
+            st[mt][grp * TV + jj][2 * h + 1] = x[2 * jj + 1];
+          }
+        }
+    // The products: acc[mt][x] = S0 rows × the 8 columns of tile x of [c_t ⊙ k_t | c_t ⊙ q_t].
+    // (kChains independent accumulators a tile, summed at the end: the main products of tile j go to
+    // chain j % kChains and the rest terms to the next chain, so that no chain of dependent MMAs is
+    // longer than ~NT MMAs where a warp has one row tile and one column tile (with two tiles they are two
+    // chains already); measured -2.5 % on b256_t4_bf16 in one pass)
+    constexpr int kChains = MT == 1 && kXTiles == 1 ? 2 : 1;
+    float acc[MT][kXTiles][kChains][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int x = 0; x < kXTiles; ++x)
+#pragma unroll
+        for (int ch = 0; ch < kChains; ++ch)
+          acc[mt][x][ch][0] = acc[mt][x][ch][1] = acc[mt][x][ch][2] = acc[mt][x][ch][3] = 0.f;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int x = 0; x < kXTiles; ++x) {
+        const float2 b = sm.mat.x[x][j][lane];
+        const float b0r = ptx::tf32_rest(b.x), b1r = ptx::tf32_rest(b.y);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const float* f = st[mt][j];
+          float(&rest)[4] = acc[mt][x][(j + 1) % kChains];
+          float(&main)[4] = acc[mt][x][j % kChains];
+          if constexpr (kF32)
+            ptx::mma_tf32(rest, ptx::tf32_rest(f[0]), ptx::tf32_rest(f[2]), ptx::tf32_rest(f[1]), ptx::tf32_rest(f[3]),
+                          b.x, b.y);
+          ptx::mma_tf32(rest, f[0], f[2], f[1], f[3], b0r, b1r);
+          ptx::mma_tf32(main, f[0], f[2], f[1], f[3], b.x, b.y);
+        }
+      }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int x = 0; x < kXTiles; ++x)
+#pragma unroll
+        for (int ch = 1; ch < kChains; ++ch)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) acc[mt][x][0][r] += acc[mt][x][ch][r];
+    const float* ab = sm.ab;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      // δ of rows g and g + 8 (h = 0, 1) by forward substitution; out_t of them; the update's A
+      // fragment (m = rows, k = tokens): (g, tq), (g + 8, tq), (g, tq + 4), (g + 8, tq + 4).
+      float a_frag[2][2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float xs[2 * kTT];  // the row's products: [S0 (c_t ⊙ k_t) | S0 (c_t ⊙ q_t)]
+#pragma unroll
+        for (int src = 0; src < 4; ++src)
+#pragma unroll
+          for (int x = 0; x < kXTiles; ++x)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              xs[8 * x + 2 * src + e] = __shfl_sync(0xffffffffu, acc[mt][x][0][2 * h + e], quad | src);
+        const int row = row0 + 16 * mt + 8 * h;
+        float d[kTT];
+#pragma unroll
+        for (int t = 0; t < kTT; ++t) {
+          float z = 0.f;
+          if (t < length) {
+            z = sm.v[t][row] - xs[t];
+#pragma unroll
+            for (int s0 = 0; s0 < t; ++s0) z = fmaf(-d[s0], ab[s0 * kTT + t], z);
+            z *= sm.beta[t];
+          }
+          d[t] = z;
+        }
+#pragma unroll
+        for (int t = 0; t < kTT; ++t)
+          if (t < length && (t & 3) == tq) {
+            float o = xs[kTT + t];
+#pragma unroll
+            for (int s0 = 0; s0 <= t; ++s0) o = fmaf(d[s0], ab[t * kTT + s0], o);
+            sm.out[t][row] = __float2bfloat16_rn(o);
+          }
+        a_frag[h][0] = a_frag[h][1] = 0.f;
+#pragma unroll
+        for (int t = 0; t < kTT; ++t) {
+          if (t < 4)
+            a_frag[h][0] = ptx::select_eq(tq, t, d[t], a_frag[h][0]);
+          else
+            a_frag[h][1] = ptx::select_eq(tq, t - 4, d[t], a_frag[h][1]);
+        }
+      }
+      const float a0 = a_frag[0][0], a1 = a_frag[1][0], a2 = a_frag[0][1], a3 = a_frag[1][1];
+      const float a0r = ptx::tf32_rest(a0), a1r = ptx::tf32_rest(a1), a2r = ptx::tf32_rest(a2),
+                  a3r = ptx::tf32_rest(a3);
 #pragma unroll
       for (int grp = 0; grp < NT / TV; ++grp) {
-        float x[V];
-        load_state_vec(&sm.state[row0 + 16 * mt + 8 * h][grp * Shape::kGroup + tq * V], x);
+        float dec[V];
+#pragma unroll
+        for (int i = 0; i < V; i += 4) load_state_vec(&sm.decay[grp * Shape::kGroup + tq * V + i], dec + i);
 #pragma unroll
         for (int jj = 0; jj < TV; ++jj) {
-          st[mt][grp * TV + jj][2 * h] = x[2 * jj];
-          st[mt][grp * TV + jj][2 * h + 1] = x[2 * jj + 1];
+          const int j = grp * TV + jj;
+          float* f = st[mt][j];
+          f[0] *= dec[2 * jj], f[1] *= dec[2 * jj + 1], f[2] *= dec[2 * jj], f[3] *= dec[2 * jj + 1];
+          const float2 kb = sm.mat.k[j][lane];
+          ptx::mma_tf32(st[mt][j], a0r, a1r, a2r, a3r, kb.x, kb.y);
+          ptx::mma_tf32(st[mt][j], a0, a1, a2, a3, ptx::tf32_rest(kb.x), ptx::tf32_rest(kb.y));
+          ptx::mma_tf32(st[mt][j], a0, a1, a2, a3, kb.x, kb.y);
         }
       }
-  // The products: acc[mt][x] = S0 rows × the 8 columns of tile x of [c_t ⊙ k_t | c_t ⊙ q_t].
-  // (kChains independent accumulators a tile, summed at the end: the main products of tile j go to
-  // chain j % kChains and the rest terms to the next chain, so that no chain of dependent MMAs is
-  // longer than ~NT MMAs where a warp has one row tile and one column tile (with two tiles they are two
-  // chains already); measured -2.5 % on b256_t4_bf16 in one pass)
-  constexpr int kChains = MT == 1 && kXTiles == 1 ? 2 : 1;
-  float acc[MT][kXTiles][kChains][4];
+      // The rows back, 16 bytes a store.
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int x = 0; x < kXTiles; ++x)
+        for (int grp = 0; grp < NT / TV; ++grp) {
+          float x[V];
 #pragma unroll
-      for (int ch = 0; ch < kChains; ++ch) acc[mt][x][ch][0] = acc[mt][x][ch][1] = acc[mt][x][ch][2] = acc[mt][x][ch][3] = 0.f;
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int x = 0; x < kXTiles; ++x) {
-      const float2 b = sm.mat.x[x][j][lane];
-      const float b0r = ptx::tf32_rest(b.x), b1r = ptx::tf32_rest(b.y);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const float* f = st[mt][j];
-        float(&rest)[4] = acc[mt][x][(j + 1) % kChains];
-        float(&main)[4] = acc[mt][x][j % kChains];
-        if constexpr (kF32)
-          ptx::mma_tf32(rest, ptx::tf32_rest(f[0]), ptx::tf32_rest(f[2]), ptx::tf32_rest(f[1]), ptx::tf32_rest(f[3]),
-                        b.x, b.y);
-        ptx::mma_tf32(rest, f[0], f[2], f[1], f[3], b0r, b1r);
-        ptx::mma_tf32(main, f[0], f[2], f[1], f[3], b.x, b.y);
-      }
+          for (int jj = 0; jj < TV; ++jj) {
+            x[2 * jj] = st[mt][grp * TV + jj][2 * h];
+            x[2 * jj + 1] = st[mt][grp * TV + jj][2 * h + 1];
+          }
+          store_state_vec(dst + int64_t(row0 + 16 * mt + 8 * h) * D + grp * Shape::kGroup + tq * V, x);
+        }
     }
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int x = 0; x < kXTiles; ++x)
-#pragma unroll
-      for (int ch = 1; ch < kChains; ++ch)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) acc[mt][x][0][r] += acc[mt][x][ch][r];
-  const float* ab = sm.ab;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    // δ of rows g and g + 8 (h = 0, 1) by forward substitution; out_t of them; the update's A
-    // fragment (m = rows, k = tokens): (g, tq), (g + 8, tq), (g, tq + 4), (g + 8, tq + 4).
-    float a_frag[2][2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float xs[2 * kTT];  // the row's products: [S0 (c_t ⊙ k_t) | S0 (c_t ⊙ q_t)]
-#pragma unroll
-      for (int src = 0; src < 4; ++src)
-#pragma unroll
-        for (int x = 0; x < kXTiles; ++x)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) xs[8 * x + 2 * src + e] = __shfl_sync(0xffffffffu, acc[mt][x][0][2 * h + e], quad | src);
-      const int row = row0 + 16 * mt + 8 * h;
-      float d[kTT];
-#pragma unroll
-      for (int t = 0; t < kTT; ++t) {
-        float z = 0.f;
-        if (t < length) {
-          z = sm.v[t][row] - xs[t];
-#pragma unroll
-          for (int s0 = 0; s0 < t; ++s0) z = fmaf(-d[s0], ab[s0 * kTT + t], z);
-          z *= sm.beta[t];
-        }
-        d[t] = z;
-      }
-#pragma unroll
-      for (int t = 0; t < kTT; ++t)
-        if (t < length && (t & 3) == tq) {
-          float o = xs[kTT + t];
-#pragma unroll
-          for (int s0 = 0; s0 <= t; ++s0) o = fmaf(d[s0], ab[t * kTT + s0], o);
-          sm.out[t][row] = __float2bfloat16_rn(o);
-        }
-      a_frag[h][0] = a_frag[h][1] = 0.f;
-#pragma unroll
-      for (int t = 0; t < kTT; ++t) {
-        if (t < 4)
-          a_frag[h][0] = ptx::select_eq(tq, t, d[t], a_frag[h][0]);
-        else
-          a_frag[h][1] = ptx::select_eq(tq, t - 4, d[t], a_frag[h][1]);
-      }
-    }
-    const float a0 = a_frag[0][0], a1 = a_frag[1][0], a2 = a_frag[0][1], a3 = a_frag[1][1];
-    const float a0r = ptx::tf32_rest(a0), a1r = ptx::tf32_rest(a1), a2r = ptx::tf32_rest(a2), a3r = ptx::tf32_rest(a3);
-#pragma unroll
-    for (int grp = 0; grp < NT / TV; ++grp) {
-      float dec[V];
-#pragma unroll
-      for (int i = 0; i < V; i += 4) load_state_vec(&sm.decay[grp * Shape::kGroup + tq * V + i], dec + i);
-#pragma unroll
-      for (int jj = 0; jj < TV; ++jj) {
-        const int j = grp * TV + jj;
-        float* f = st[mt][j];
-        f[0] *= dec[2 * jj], f[1] *= dec[2 * jj + 1], f[2] *= dec[2 * jj], f[3] *= dec[2 * jj + 1];
-        const float2 kb = sm.mat.k[j][lane];
-        ptx::mma_tf32(st[mt][j], a0r, a1r, a2r, a3r, kb.x, kb.y);
-        ptx::mma_tf32(st[mt][j], a0, a1, a2, a3, ptx::tf32_rest(kb.x), ptx::tf32_rest(kb.y));
-        ptx::mma_tf32(st[mt][j], a0, a1, a2, a3, kb.x, kb.y);
-      }
-    }
-    // The rows back, 16 bytes a store.
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int grp = 0; grp < NT / TV; ++grp) {
-        float x[V];
-#pragma unroll
-        for (int jj = 0; jj < TV; ++jj) {
-          x[2 * jj] = st[mt][grp * TV + jj][2 * h];
-          x[2 * jj + 1] = st[mt][grp * TV + jj][2 * h + 1];
-        }
-        store_state_vec(dst + int64_t(row0 + 16 * mt + 8 * h) * D + grp * Shape::kGroup + tq * V, x);
-      }
-  }
   }
 }
 
@@ -783,147 +785,147 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     }
     write_out(sm, a, batch_row, hv, slice, tid);
   } else {
-  bool folded = false;
-  if (a.fold_steps && !speculative && fold_length >= 2) {
-    float c = 1.f, kc[Tr::kMaxTokens], qc[Tr::kMaxTokens], kd[Tr::kMaxTokens];
-#pragma unroll
-    for (int t = 0; t < Tr::kMaxTokens; ++t) {
-      if (t < fold_length) {
-        c *= sm.vec.alpha[t][tid];
-        const float k = sm.vec.k_hat[t][tid];
-        kc[t] = c * k;
-        qc[t] = c * sm.vec.q_tilde[t][tid];
-        kd[t] = k / c;
-      }
-    }
-    if (!(c >= 0x1p-64f && c <= 1.0f)) sm.fold_unsafe = 1;
-    sm.decay[tid] = c;
-    __syncthreads();
-    folded = sm.fold_unsafe == 0;
-    if (folded) {
+    bool folded = false;
+    if (a.fold_steps && !speculative && fold_length >= 2) {
+      float c = 1.f, kc[Tr::kMaxTokens], qc[Tr::kMaxTokens], kd[Tr::kMaxTokens];
 #pragma unroll
       for (int t = 0; t < Tr::kMaxTokens; ++t) {
         if (t < fold_length) {
-          sm.vec.k_hat[t][tid] = kc[t];
-          sm.vec.q_tilde[t][tid] = qc[t];
-          sm.vec.alpha[t][tid] = kd[t];
+          c *= sm.vec.alpha[t][tid];
+          const float k = sm.vec.k_hat[t][tid];
+          kc[t] = c * k;
+          qc[t] = c * sm.vec.q_tilde[t][tid];
+          kd[t] = k / c;
         }
       }
+      if (!(c >= 0x1p-64f && c <= 1.0f)) sm.fold_unsafe = 1;
+      sm.decay[tid] = c;
+      __syncthreads();
+      folded = sm.fold_unsafe == 0;
+      if (folded) {
+#pragma unroll
+        for (int t = 0; t < Tr::kMaxTokens; ++t) {
+          if (t < fold_length) {
+            sm.vec.k_hat[t][tid] = kc[t];
+            sm.vec.q_tilde[t][tid] = qc[t];
+            sm.vec.alpha[t][tid] = kd[t];
+          }
+        }
+      }
+      __syncthreads();
     }
-    __syncthreads();
-  }
 
-  // ---- the passes: this thread's rows of pass `pass` into registers, the tokens, the rows back ----
-  // (kFold: the folded walk above; sm.vec.k_hat, q_tilde and alpha then hold c_t ⊙ k_hat, c_t ⊙ q_tilde
-  // and k_hat / c_t)
-  auto walk = [&](auto fold) {
-    constexpr bool kFold = decltype(fold)::value;
+    // ---- the passes: this thread's rows of pass `pass` into registers, the tokens, the rows back ----
+    // (kFold: the folded walk above; sm.vec.k_hat, q_tilde and alpha then hold c_t ⊙ k_hat, c_t ⊙ q_tilde
+    // and k_hat / c_t)
+    auto walk = [&](auto fold) {
+      constexpr bool kFold = decltype(fold)::value;
 #pragma unroll 1
-    for (int pass = 0; pass < Tr::kRowPasses_; ++pass) {
-      // (row within the slice)
-      auto row_of = [&](int i) { return ((pass * Tr::kWarps + warp) * RPT + i) * Tr::kRowGroups + row_group; };
-      float s[RPT][Tr::kCols];
-      mbarrier_wait(&sm.state_loaded[pass], 0);
-#pragma unroll
-      for (int i = 0; i < RPT; ++i)
-#pragma unroll
-        for (int j = 0; j < Tr::kChunks; ++j)
-          load_state_vec(&sm.state[row_of(i)][Tr::column(lr, j, 0)], &s[i][j * kVec]);
-
-      auto store_rows = [&](int64_t slot) {
-        State* dst = pool + slot * a.heads_v * D * D + head_offset;
+      for (int pass = 0; pass < Tr::kRowPasses_; ++pass) {
+        // (row within the slice)
+        auto row_of = [&](int i) { return ((pass * Tr::kWarps + warp) * RPT + i) * Tr::kRowGroups + row_group; };
+        float s[RPT][Tr::kCols];
+        mbarrier_wait(&sm.state_loaded[pass], 0);
 #pragma unroll
         for (int i = 0; i < RPT; ++i)
 #pragma unroll
           for (int j = 0; j < Tr::kChunks; ++j)
-            store_state_vec(dst + row_of(i) * D + Tr::column(lr, j, 0), &s[i][j * kVec]);
-      };
+            load_state_vec(&sm.state[row_of(i)][Tr::column(lr, j, 0)], &s[i][j * kVec]);
 
-      // ---- the tokens ----
-      for (int t = 0; t < length; ++t) {
-        float pk[RPT], pq[RPT];
+        auto store_rows = [&](int64_t slot) {
+          State* dst = pool + slot * a.heads_v * D * D + head_offset;
 #pragma unroll
-        for (int i = 0; i < RPT; ++i) pk[i] = pq[i] = 0.f;
+          for (int i = 0; i < RPT; ++i)
 #pragma unroll
-        for (int j = 0; j < Tr::kChunks; ++j) {
+            for (int j = 0; j < Tr::kChunks; ++j)
+              store_state_vec(dst + row_of(i) * D + Tr::column(lr, j, 0), &s[i][j * kVec]);
+        };
+
+        // ---- the tokens ----
+        for (int t = 0; t < length; ++t) {
+          float pk[RPT], pq[RPT];
 #pragma unroll
-          for (int e4 = 0; e4 < kVec; e4 += 4) {
-            const int c = Tr::column(lr, j, e4);
-            const float4 kh = *reinterpret_cast<const float4*>(&sm.vec.k_hat[t][c]);
-            const float4 qt = *reinterpret_cast<const float4*>(&sm.vec.q_tilde[t][c]);
-            const float khv[4] = {kh.x, kh.y, kh.z, kh.w}, qtv[4] = {qt.x, qt.y, qt.z, qt.w};
-            float alv[4] = {};
-            if constexpr (!kFold) {
-              const float4 al = *reinterpret_cast<const float4*>(&sm.vec.alpha[t][c]);
-              alv[0] = al.x, alv[1] = al.y, alv[2] = al.z, alv[3] = al.w;
-            }
+          for (int i = 0; i < RPT; ++i) pk[i] = pq[i] = 0.f;
 #pragma unroll
-            for (int i = 0; i < RPT; ++i)
+          for (int j = 0; j < Tr::kChunks; ++j) {
 #pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                float& v = s[i][j * kVec + e4 + e];
-                if constexpr (!kFold) v *= alv[e];
-                pk[i] = fmaf(v, khv[e], pk[i]);
-                pq[i] = fmaf(v, qtv[e], pq[i]);
+            for (int e4 = 0; e4 < kVec; e4 += 4) {
+              const int c = Tr::column(lr, j, e4);
+              const float4 kh = *reinterpret_cast<const float4*>(&sm.vec.k_hat[t][c]);
+              const float4 qt = *reinterpret_cast<const float4*>(&sm.vec.q_tilde[t][c]);
+              const float khv[4] = {kh.x, kh.y, kh.z, kh.w}, qtv[4] = {qt.x, qt.y, qt.z, qt.w};
+              float alv[4] = {};
+              if constexpr (!kFold) {
+                const float4 al = *reinterpret_cast<const float4*>(&sm.vec.alpha[t][c]);
+                alv[0] = al.x, alv[1] = al.y, alv[2] = al.z, alv[3] = al.w;
               }
-          }
-        }
 #pragma unroll
-        for (int o = 1; o < Tr::kLanesPerRow; o <<= 1)
+              for (int i = 0; i < RPT; ++i)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                  float& v = s[i][j * kVec + e4 + e];
+                  if constexpr (!kFold) v *= alv[e];
+                  pk[i] = fmaf(v, khv[e], pk[i]);
+                  pq[i] = fmaf(v, qtv[e], pq[i]);
+                }
+            }
+          }
+#pragma unroll
+          for (int o = 1; o < Tr::kLanesPerRow; o <<= 1)
+#pragma unroll
+            for (int i = 0; i < RPT; ++i) {
+              pk[i] += __shfl_xor_sync(0xffffffffu, pk[i], o);
+              pq[i] += __shfl_xor_sync(0xffffffffu, pq[i], o);
+            }
+          const float beta = sm.beta[t], kq = sm.kq[t];
+          float delta[RPT];
 #pragma unroll
           for (int i = 0; i < RPT; ++i) {
-            pk[i] += __shfl_xor_sync(0xffffffffu, pk[i], o);
-            pq[i] += __shfl_xor_sync(0xffffffffu, pq[i], o);
+            delta[i] = beta * (sm.v[t][row_of(i)] - pk[i]);
+            if (lr == 0) sm.out[t][row_of(i)] = __float2bfloat16_rn(fmaf(delta[i], kq, pq[i]));
           }
-        const float beta = sm.beta[t], kq = sm.kq[t];
-        float delta[RPT];
 #pragma unroll
-        for (int i = 0; i < RPT; ++i) {
-          delta[i] = beta * (sm.v[t][row_of(i)] - pk[i]);
-          if (lr == 0) sm.out[t][row_of(i)] = __float2bfloat16_rn(fmaf(delta[i], kq, pq[i]));
+          for (int j = 0; j < Tr::kChunks; ++j)
+#pragma unroll
+            for (int e4 = 0; e4 < kVec; e4 += 4) {
+              // (folded: k_hat / c_t, in sm.vec.alpha)
+              const float4 kh = *reinterpret_cast<const float4*>(kFold ? &sm.vec.alpha[t][Tr::column(lr, j, e4)]
+                                                                       : &sm.vec.k_hat[t][Tr::column(lr, j, e4)]);
+              const float khv[4] = {kh.x, kh.y, kh.z, kh.w};
+#pragma unroll
+              for (int i = 0; i < RPT; ++i)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[i][j * kVec + e4 + e] = fmaf(delta[i], khv[e], s[i][j * kVec + e4 + e]);
+            }
+          if (!kFold && speculative) {  // (speculative steps never fold)
+            const int64_t slot = sm.write_slot[t];
+            if (slot >= 0) store_rows(slot);
+          }
         }
+        if constexpr (kFold) {  // S = S~ ⊙ c_T
 #pragma unroll
-        for (int j = 0; j < Tr::kChunks; ++j)
+          for (int j = 0; j < Tr::kChunks; ++j)
 #pragma unroll
-          for (int e4 = 0; e4 < kVec; e4 += 4) {
-            // (folded: k_hat / c_t, in sm.vec.alpha)
-            const float4 kh = *reinterpret_cast<const float4*>(kFold ? &sm.vec.alpha[t][Tr::column(lr, j, e4)]
-                                                                     : &sm.vec.k_hat[t][Tr::column(lr, j, e4)]);
-            const float khv[4] = {kh.x, kh.y, kh.z, kh.w};
+            for (int e4 = 0; e4 < kVec; e4 += 4) {
+              const float4 c4 = *reinterpret_cast<const float4*>(&sm.decay[Tr::column(lr, j, e4)]);
+              const float cv[4] = {c4.x, c4.y, c4.z, c4.w};
 #pragma unroll
-            for (int i = 0; i < RPT; ++i)
+              for (int i = 0; i < RPT; ++i)
 #pragma unroll
-              for (int e = 0; e < 4; ++e) s[i][j * kVec + e4 + e] = fmaf(delta[i], khv[e], s[i][j * kVec + e4 + e]);
-          }
-        if (!kFold && speculative) {  // (speculative steps never fold)
-          const int64_t slot = sm.write_slot[t];
-          if (slot >= 0) store_rows(slot);
+                for (int e = 0; e < 4; ++e) s[i][j * kVec + e4 + e] *= cv[e];
+            }
         }
+        // One slot per sequence: the state after the last token goes back where it came from, in place
+        // (the pass's bulk copy completed before any thread got past its mbarrier_wait, and each thread
+        // writes only its rows; the other pass's rows are other bytes).
+        if (!speculative) store_rows(read_slot);
       }
-      if constexpr (kFold) {  // S = S~ ⊙ c_T
-#pragma unroll
-        for (int j = 0; j < Tr::kChunks; ++j)
-#pragma unroll
-          for (int e4 = 0; e4 < kVec; e4 += 4) {
-            const float4 c4 = *reinterpret_cast<const float4*>(&sm.decay[Tr::column(lr, j, e4)]);
-            const float cv[4] = {c4.x, c4.y, c4.z, c4.w};
-#pragma unroll
-            for (int i = 0; i < RPT; ++i)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) s[i][j * kVec + e4 + e] *= cv[e];
-          }
-      }
-      // One slot per sequence: the state after the last token goes back where it came from, in place
-      // (the pass's bulk copy completed before any thread got past its mbarrier_wait, and each thread
-      // writes only its rows; the other pass's rows are other bytes).
-      if (!speculative) store_rows(read_slot);
-    }
-  };
-  if (folded)
-    walk(std::true_type{});
-  else
-    walk(std::false_type{});
-  write_out(sm, a, batch_row, hv, slice, tid);
+    };
+    if (folded)
+      walk(std::true_type{});
+    else
+      walk(std::false_type{});
+    write_out(sm, a, batch_row, hv, slice, tid);
   }
 }
 
@@ -991,8 +993,7 @@ struct DecodeShape {
   bool matrix = false;
 };
 
-inline DecodeShape decode_shape(DType state, int64_t pairs, int64_t D, int sm_count, bool one_token,
-                                bool speculative) {
+inline DecodeShape decode_shape(DType state, int64_t pairs, int64_t D, int sm_count, bool one_token, bool speculative) {
   const int rows_per_thread = decode_rows_per_thread(pairs, D, sm_count);
   DecodeShape shape{rows_per_thread, decode_row_passes(state, pairs, D, rows_per_thread, sm_count, one_token)};
   // (the shape two passes would have with one token a step: bf16, D = 128, 4 rows, 4 pairs an SM)

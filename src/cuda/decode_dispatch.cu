@@ -27,7 +27,7 @@ Status decode(const DecodeParams& p, cudaStream_t stream) {
   const cudaError_t e = sm90::with_decode_traits(p.state_dtype, D, shape, [&](auto tr) {
     using Tr = decltype(tr);
     a.units = pairs * Tr::kSlices;
-    const int64_t ctas = Tr::kStream_ ? sm90::decode_stream_ctas(a.units, Tr::kMinBlocks, sm_count) : a.units;
+    const int64_t ctas = Tr::kStream_ ? sm90::decode_stream_ctas(a.units, sm90::decode_stream_ctas_per_sm<Tr>(), sm_count) : a.units;
     return sm90::launch_kda_decode<typename Tr::State, Tr::kDim, Tr::kRowsPerThread_, Tr::kRowPasses_, Tr::kMatrix_,
                                    Tr::kStream_>(a, ctas, stream);
   });

@@ -76,7 +76,7 @@ Status emulated_decode(DecodeParams p, int sm_count, EmuShape force, const int32
       int64_t ctas = a.units;
       if (Tr::kStream_)
         ctas = force.ctas > 0 ? std::min<int64_t>(force.ctas, a.units)
-                              : sm90::decode_stream_ctas(a.units, Tr::kMinBlocks, sm_count);
+                              : sm90::decode_stream_ctas(a.units, sm90::decode_stream_ctas_per_sm<Tr>(), sm_count);
       used->ctas = int(ctas);
       emu::launch(unsigned(ctas), Tr::kThreads, sizeof(sm90::KdaDecodeSmem<Tr>), [&] { sm90::kda_decode_kernel<Tr>(a); });
       return 0;
@@ -152,11 +152,12 @@ std::vector<DecodeCase> decode_cases() {
     c.cfg.seqlen = w.tokens;
     c.cfg.state_dtype = w.dtype;
     c.sm_count = w.sms;
-    c.expect_rows = w.rows;
-    c.expect_passes = w.passes;
+    const bool fp32_stream = sm90::kDecodeStreamFp32 && w.dtype == DType::kF32 && w.rows == 4;
+    c.expect_rows = fp32_stream ? 2 : w.rows;
+    c.expect_passes = fp32_stream ? 2 : w.passes;
     c.expect_matrix = w.matrix;
     // (streaming: the two-pass shapes, as the library's rule says for either step form)
-    c.expect_stream = w.passes == 2 && (w.matrix ? sm90::kDecodeStreamMatrix : sm90::kDecodeStreamOneToken);
+    c.expect_stream = fp32_stream || (w.passes == 2 && (w.matrix ? sm90::kDecodeStreamMatrix : sm90::kDecodeStreamOneToken));
     cases.push_back(c);
   }
   // Speculative: num_accepted_tokens picks the read column; sequence 0 skips its last write, 1 is
@@ -440,6 +441,35 @@ std::vector<DecodeCase> streaming_cases() {
   }
   return out;
 }
+
+// fp32 pools streaming in two passes of 2 rows a thread (kDecodeStreamFp32), token walk only, on the
+// same grids.
+std::vector<DecodeCase> streaming_fp32_cases() {
+  std::vector<DecodeCase> out;
+  for (DecodeCase c : decode_cases()) {
+    if (c.S > 1 || c.cfg.head_dim_k != 128) continue;
+    if (c.rows != 0 && !(c.rows == 4 && c.passes == 1 && c.cfg.state_dtype == DType::kF32)) continue;  // (one a T)
+    if (c.cfg.state_dtype != DType::kF32) c.name += "_as_fp32";
+    c.cfg.state_dtype = DType::kF32;
+    c.rows = 2;
+    c.passes = 2;
+    c.expect_rows = c.expect_passes = 0;
+    c.expect_matrix = c.expect_stream = -1;
+    c.stream = 1;
+    c.matrix = 0;
+    for (int ctas : {1, 3, 0}) {
+      DecodeCase x = c;
+      x.ctas = ctas;
+      x.sm_count = 1;
+      x.name += std::string("_r2p2_stream") + (ctas ? std::to_string(ctas) : "_sm1");
+      out.push_back(x);
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(EmulationStreamingFp32, EmulatedDecode, ::testing::ValuesIn(streaming_fp32_cases()),
+                         [](const ::testing::TestParamInfo<DecodeCase>& i) { return i.param.name; });
 
 INSTANTIATE_TEST_SUITE_P(EmulationStreaming, EmulatedDecode, ::testing::ValuesIn(streaming_cases()),
                          [](const ::testing::TestParamInfo<DecodeCase>& i) { return i.param.name; });

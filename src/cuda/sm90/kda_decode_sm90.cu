@@ -22,6 +22,7 @@ cudaError_t launch_kda_decode(const KdaDecodeArgs& args, int64_t ctas, cudaStrea
   template cudaError_t launch_kda_decode<S, D, R, P, M, X>(const KdaDecodeArgs&, int64_t, cudaStream_t);
 FLASH_KDA_DECODE_INSTANCE(float, 128, 1, 1, false, false)
 FLASH_KDA_DECODE_INSTANCE(float, 128, 2, 1, false, false)
+FLASH_KDA_DECODE_INSTANCE(float, 128, 2, 2, false, true)
 FLASH_KDA_DECODE_INSTANCE(float, 128, 4, 1, false, false)
 FLASH_KDA_DECODE_INSTANCE(float, 128, 4, 1, true, false)
 FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 1, 1, false, false)

@@ -104,9 +104,13 @@ inline constexpr bool kDecodeMatrixSteps = true;
 // (kDecodeStreamOneToken). Off until timed.
 inline constexpr bool kDecodeStreamMatrix = false;
 inline constexpr bool kDecodeStreamOneToken = false;
+// fp32 pools at D = 128 where 4 rows a thread are taken (not speculative): instead, CTAs of 64 rows in
+// two passes of 32 (2 rows a thread, 16 KB a pass), streaming. Off until timed.
+inline constexpr bool kDecodeStreamFp32 = false;
 
 // Compile-time shape of the kernel: StateT is float or __nv_bfloat16, kHeadDim (K = V) 128 or 64,
-// kRowsPerThread 1, 2 or 4, kRowPasses 1 or 2 (2: D = 128 with 4 rows a thread only, the whole head a CTA),
+// kRowsPerThread 1, 2 or 4, kRowPasses 1 or 2 (2: D = 128 only; bf16 pools with 4 rows a thread, the
+// whole head a CTA, or fp32 pools streaming with 2),
 // kMatrix the matrix step, kStream streaming CTAs (two passes only: each CTA walks units gridDim.x apart,
 // the next unit's rows copied into a pass's buffer as soon as this unit's are in registers).
 template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses = 1, bool kMatrix = false,
@@ -140,11 +144,14 @@ struct KdaDecodeTraits {
   // keeps the registers per thread, the 16 warps and the 128 KB per SM with twice the CTAs (8 of
   // ~26 KB of shared memory fit as well).
   // (Two passes: ~50 KB of shared memory a CTA, 4 CTAs an SM as well.)
-  static constexpr int kMinBlocks = (kRowsPerThread >= 4 ? 4 : kRowsPerThread == 2 ? 5 : 6) * 128 / kThreads;
+  // (Streaming: 4, which the shared memory of either two-pass shape allows too.)
+  static constexpr int kMinBlocks =
+      kStream ? 4 : (kRowsPerThread >= 4 ? 4 : kRowsPerThread == 2 ? 5 : 6) * 128 / kThreads;
   static_assert(kDim == 128 || kDim == 64, "the decode kernel is built for K = V = 128 and 64");
   static_assert(kRowPasses == 1 || kRowPasses == 2, "one or two passes over a CTA's rows");
   static_assert(!kMatrix || kRowsPerThread == 4, "the matrix step: 4 rows a thread");
   static_assert(!kStream || kRowPasses == 2, "streaming CTAs: a pass's buffer is refilled while the other is walked");
+  static_assert(kRowPasses == 1 || kDim == 128, "two passes at D = 128 only");
   static_assert(kDim % kRows == 0, "the rows of S must split evenly over the CTAs of a head");
   static_assert(kRows % 8 == 0, "out is written in 16-byte pieces of 8 rows");
   static_assert(kMaxTokens * kRows / 8 <= kThreads, "one thread per 16-byte piece of out");
@@ -329,6 +336,14 @@ struct KdaDecodeSmem {
   } next;
   alignas(16) float decay[Tr::kDim];  // the folded walk: c_T, each column's decay over the step's tokens
 };
+
+// Streaming CTAs an SM: as many as the registers allow (kMinBlocks) and the shared memory (228 KB an
+// SM on the H100 and H200, 1 KB of it reserved a CTA).
+template <typename Tr>
+constexpr int decode_stream_ctas_per_sm() {
+  constexpr int kFit = (228 * 1024) / (int(sizeof(KdaDecodeSmem<Tr>)) + 1024);
+  return kFit < Tr::kMinBlocks ? kFit : Tr::kMinBlocks;
+}
 
 // ---- the matrix step: a step of several tokens as tensor-core products ----
 //
@@ -1124,12 +1139,17 @@ inline DecodeShape decode_shape(DType state, int64_t pairs, int64_t D, int sm_co
     shape.row_passes = 2;
   }
   shape.stream = shape.row_passes == 2 && (shape.matrix ? kDecodeStreamMatrix : kDecodeStreamOneToken);
+  if (kDecodeStreamFp32 && state == DType::kF32 && D == 128 && rows_per_thread == 4 && !speculative) {
+    shape.rows_per_thread = 2;
+    shape.row_passes = 2;
+    shape.stream = true;
+  }
   return shape;
 }
 
 // Calls f(Tr{}) with the traits of the state dtype, D (128 or 64), rows per thread (4, 2, else 1),
-// passes (2 only with a bf16 state, D = 128 and 4 rows a thread, else 1), the matrix step (4 rows
-// a thread) and streaming (two passes).
+// passes (2 only at D = 128: bf16 with 4 rows a thread, fp32 streaming with 2; else 1), the matrix step
+// (4 rows a thread) and streaming (two passes).
 template <class F>
 auto with_decode_traits(DType state, int64_t D, const DecodeShape& shape, F&& f) {
   auto rows = [&](auto st, auto d) {
@@ -1146,7 +1166,10 @@ auto with_decode_traits(DType state, int64_t D, const DecodeShape& shape, F&& f)
           }
         if (shape.matrix) return f(KdaDecodeTraits<S, kD, 4, 1, true>{});
         return f(KdaDecodeTraits<S, kD, 4>{});
-      case 2: return f(KdaDecodeTraits<S, kD, 2>{});
+      case 2:
+        if constexpr (kD == 128 && std::is_same_v<S, float>)
+          if (shape.row_passes == 2 && shape.stream) return f(KdaDecodeTraits<S, kD, 2, 2, false, true>{});
+        return f(KdaDecodeTraits<S, kD, 2>{});
       default: return f(KdaDecodeTraits<S, kD, 1>{});
     }
   };

@@ -2,7 +2,8 @@
 // host emulation of the device (simt_emulation.h), against the float64 reference backend's decode on a
 // copy of the same pool (docs/testing.md, "Kernels on the CPU"): fp32 and bf16 pools, 1..8 tokens, K = V =
 // 128 and 64, every rows-per-thread shape and the two passes of bf16 pools (forced, and as the dispatcher
-// chooses them for a given SM count), speculative slots with num_accepted_tokens, packed batches, GVA,
+// chooses them for a given SM count), streaming CTAs on grids of several units a CTA, speculative
+// slots with num_accepted_tokens, packed batches, GVA,
 // both gate forms, beta up to 2. Padding sequences (a -1 slot, num_accepted_tokens 0) and slots the kernel
 // must ignore (an index at or past the pool's end, which the host check would refuse: handed to the kernel
 // behind the check's back) leave their pool slots and out rows byte for byte as they were. Timing and
@@ -78,7 +79,8 @@ Status emulated_decode(DecodeParams p, int sm_count, EmuShape force, const int32
         ctas = force.ctas > 0 ? std::min<int64_t>(force.ctas, a.units)
                               : sm90::decode_stream_ctas(a.units, sm90::decode_stream_ctas_per_sm<Tr>(), sm_count);
       used->ctas = int(ctas);
-      emu::launch(unsigned(ctas), Tr::kThreads, sizeof(sm90::KdaDecodeSmem<Tr>), [&] { sm90::kda_decode_kernel<Tr>(a); });
+      emu::launch(unsigned(ctas), Tr::kThreads, sizeof(sm90::KdaDecodeSmem<Tr>),
+                  [&] { sm90::kda_decode_kernel<Tr>(a); });
       return 0;
     });
   } catch (const std::exception& e) {
@@ -93,17 +95,17 @@ struct DecodeCase {
   int rows = 0;    // rows per thread; 0: the dispatcher's choice for sm_count
   int passes = 0;  // passes over a CTA's rows (2: bf16, D = 128, 4 rows); 0: the dispatcher's choice
   int sm_count = 132;
-  int64_t S = 1;          // slots per sequence (> 1: speculative)
-  int64_t stride = 0;     // of the index rows (0: S)
-  bool accepted = false;  // speculative with num_accepted_tokens
-  int expect_rows = 0;    // the dispatcher must choose this (0: not checked)
-  int expect_passes = 0;  // and this
-  int expect_matrix = -1; // and this (1: the matrix step; -1: not checked)
-  int fold = -1;          // EmuShape::fold
-  int matrix = -1;        // EmuShape::matrix
-  int stream = -1;        // EmuShape::stream
-  int ctas = 0;           // EmuShape::ctas
-  int expect_stream = -1; // the dispatcher must choose this (1: streaming CTAs; -1: not checked)
+  int64_t S = 1;           // slots per sequence (> 1: speculative)
+  int64_t stride = 0;      // of the index rows (0: S)
+  bool accepted = false;   // speculative with num_accepted_tokens
+  int expect_rows = 0;     // the dispatcher must choose this (0: not checked)
+  int expect_passes = 0;   // and this
+  int expect_matrix = -1;  // and this (1: the matrix step; -1: not checked)
+  int fold = -1;           // EmuShape::fold
+  int matrix = -1;         // EmuShape::matrix
+  int stream = -1;         // EmuShape::stream
+  int ctas = 0;            // EmuShape::ctas
+  int expect_stream = -1;  // the dispatcher must choose this (1: streaming CTAs; -1: not checked)
 };
 
 std::ostream& operator<<(std::ostream& os, const DecodeCase& c) { return os << c.name; }
@@ -157,7 +159,8 @@ std::vector<DecodeCase> decode_cases() {
     c.expect_passes = fp32_stream ? 2 : w.passes;
     c.expect_matrix = w.matrix;
     // (streaming: the two-pass shapes, as the library's rule says for either step form)
-    c.expect_stream = fp32_stream || (w.passes == 2 && (w.matrix ? sm90::kDecodeStreamMatrix : sm90::kDecodeStreamOneToken));
+    c.expect_stream =
+        fp32_stream || (w.passes == 2 && (w.matrix ? sm90::kDecodeStreamMatrix : sm90::kDecodeStreamOneToken));
     cases.push_back(c);
   }
   // Speculative: num_accepted_tokens picks the read column; sequence 0 skips its last write, 1 is
@@ -382,7 +385,7 @@ std::vector<DecodeCase> step_form_cases() {
     const int dispatcher_rows = c.expect_rows;
     c.expect_rows = c.expect_passes = 0;  // (the forms forced, not the dispatcher's choice, are checked)
     c.expect_matrix = c.expect_stream = -1;
-    if (!several) {         // one token a step: the matrix step forced (the folded walk needs two)
+    if (!several) {  // one token a step: the matrix step forced (the folded walk needs two)
       if (dispatcher_rows != 0 || c.rows != 4) continue;
       c.matrix = 1;
       c.name += "_matrix";
@@ -412,66 +415,47 @@ INSTANTIATE_TEST_SUITE_P(EmulationStepForms, EmulatedDecode, ::testing::ValuesIn
                          [](const ::testing::TestParamInfo<DecodeCase>& i) { return i.param.name; });
 
 // Streaming CTAs (KdaDecodeTraits::kStream_), whatever the library's defaults: every case that is not
-// speculative, on a bf16 pool at D = 128 in the two-pass shape, in both step forms (the token walk,
-// which streams fixed batches of one token, and the matrix step), on a grid of one CTA (every unit in
-// turn on the same buffers) and of three (units 3 apart: live units after padding ones and the
-// reverse, CTAs with 2 and 3 units), and on the dispatcher's grid for one SM.
-std::vector<DecodeCase> streaming_cases() {
+// speculative at D = 128, on a grid of one CTA (every unit in turn on the same buffers) and of three
+// (units 3 apart: live units after padding ones and the reverse, CTAs with 2 and 3 units), and on the
+// dispatcher's grid for one SM — on a bf16 pool in the two-pass shape of 4 rows a thread, in both step
+// forms (the token walk, which streams fixed batches of one token, and the matrix step), and on an
+// fp32 pool in two passes of 2 rows a thread (kDecodeStreamFp32: the token walk). Of the cases that
+// force a shape, those of the streaming shape's dtype and rows (bf16: the two-pass ones; fp32: 4 rows
+// in one pass) stand for their step length.
+std::vector<DecodeCase> streaming_cases(DType dtype) {
+  const bool bf16 = dtype == DType::kBF16;
   std::vector<DecodeCase> out;
   for (DecodeCase c : decode_cases()) {
     if (c.S > 1 || c.cfg.head_dim_k != 128) continue;
-    if (c.rows != 0 && c.passes != 2) continue;  // (of the forced shapes, the two-pass ones)
-    if (c.cfg.state_dtype != DType::kBF16) c.name += "_as_bf16";
-    c.cfg.state_dtype = DType::kBF16;
-    c.rows = 4;
+    if (c.rows != 0 && !(c.rows == 4 && c.passes == (bf16 ? 2 : 1) && c.cfg.state_dtype == dtype)) continue;
+    if (c.cfg.state_dtype != dtype) c.name += bf16 ? "_as_bf16" : "_as_fp32";
+    c.cfg.state_dtype = dtype;
+    c.rows = bf16 ? 4 : 2;
     c.passes = 2;
     c.expect_rows = c.expect_passes = 0;
     c.expect_matrix = c.expect_stream = -1;
     c.stream = 1;
     for (int matrix : {0, 1})
       for (int ctas : {1, 3, 0}) {
+        if (matrix && !bf16) continue;
         DecodeCase x = c;
         x.matrix = matrix;
         x.fold = matrix ? 0 : -1;
         x.ctas = ctas;
         x.sm_count = 1;
-        x.name += std::string(matrix ? "_matrix" : "_walk") + "_stream" + (ctas ? std::to_string(ctas) : "_sm1");
+        x.name += std::string(matrix ? "_matrix"
+                              : bf16 ? "_walk"
+                                     : "_r2p2") +
+                  "_stream" + (ctas ? std::to_string(ctas) : "_sm1");
         out.push_back(x);
       }
   }
   return out;
 }
 
-// fp32 pools streaming in two passes of 2 rows a thread (kDecodeStreamFp32), token walk only, on the
-// same grids.
-std::vector<DecodeCase> streaming_fp32_cases() {
-  std::vector<DecodeCase> out;
-  for (DecodeCase c : decode_cases()) {
-    if (c.S > 1 || c.cfg.head_dim_k != 128) continue;
-    if (c.rows != 0 && !(c.rows == 4 && c.passes == 1 && c.cfg.state_dtype == DType::kF32)) continue;  // (one a T)
-    if (c.cfg.state_dtype != DType::kF32) c.name += "_as_fp32";
-    c.cfg.state_dtype = DType::kF32;
-    c.rows = 2;
-    c.passes = 2;
-    c.expect_rows = c.expect_passes = 0;
-    c.expect_matrix = c.expect_stream = -1;
-    c.stream = 1;
-    c.matrix = 0;
-    for (int ctas : {1, 3, 0}) {
-      DecodeCase x = c;
-      x.ctas = ctas;
-      x.sm_count = 1;
-      x.name += std::string("_r2p2_stream") + (ctas ? std::to_string(ctas) : "_sm1");
-      out.push_back(x);
-    }
-  }
-  return out;
-}
-
-INSTANTIATE_TEST_SUITE_P(EmulationStreamingFp32, EmulatedDecode, ::testing::ValuesIn(streaming_fp32_cases()),
+INSTANTIATE_TEST_SUITE_P(EmulationStreaming, EmulatedDecode, ::testing::ValuesIn(streaming_cases(DType::kBF16)),
                          [](const ::testing::TestParamInfo<DecodeCase>& i) { return i.param.name; });
-
-INSTANTIATE_TEST_SUITE_P(EmulationStreaming, EmulatedDecode, ::testing::ValuesIn(streaming_cases()),
+INSTANTIATE_TEST_SUITE_P(EmulationStreamingFp32, EmulatedDecode, ::testing::ValuesIn(streaming_cases(DType::kF32)),
                          [](const ::testing::TestParamInfo<DecodeCase>& i) { return i.param.name; });
 
 }  // namespace

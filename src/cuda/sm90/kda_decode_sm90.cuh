@@ -145,8 +145,11 @@ struct KdaDecodeTraits {
   // ~26 KB of shared memory fit as well).
   // (Two passes: ~50 KB of shared memory a CTA, 4 CTAs an SM as well.)
   // (Streaming: 4, which the shared memory of either two-pass shape allows too.)
-  static constexpr int kMinBlocks =
-      kStream ? 4 : (kRowsPerThread >= 4 ? 4 : kRowsPerThread == 2 ? 5 : 6) * 128 / kThreads;
+  static constexpr int kMinBlocks = kStream ? 4
+                                            : (kRowsPerThread >= 4   ? 4
+                                               : kRowsPerThread == 2 ? 5
+                                                                     : 6) *
+                                                  128 / kThreads;
   static_assert(kDim == 128 || kDim == 64, "the decode kernel is built for K = V = 128 and 64");
   static_assert(kRowPasses == 1 || kRowPasses == 2, "one or two passes over a CTA's rows");
   static_assert(!kMatrix || kRowsPerThread == 4, "the matrix step: 4 rows a thread");
@@ -328,10 +331,10 @@ struct KdaDecodeSmem {
   int64_t read_slot;  // the slot thread 0 copied the rows from, or -1: the unit is not live (decode_unit)
   int64_t out_begin;  // thread 0's token range, which the rows of out written at the end follow
   int out_length;
-  int fold_unsafe;                    // some column's decay product is out of the folded walk's range
-  struct {                            // streaming: thread 0's reading of the CTA's next unit (stage_unit)
-    const typename Tr::State* rows;   // its rows in the pool (live only)
-    int64_t read_slot, out_begin;     // as read_slot and out_begin above
+  int fold_unsafe;                   // some column's decay product is out of the folded walk's range
+  struct {                           // streaming: thread 0's reading of the CTA's next unit (stage_unit)
+    const typename Tr::State* rows;  // its rows in the pool (live only)
+    int64_t read_slot, out_begin;    // as read_slot and out_begin above
     int out_length;
   } next;
   alignas(16) float decay[Tr::kDim];  // the folded walk: c_T, each column's decay over the step's tokens
@@ -716,8 +719,8 @@ __device__ __forceinline__ void stage_unit(KdaDecodeSmem<Tr>& sm, const KdaDecod
 // walk stay inside the tensors and buffers whatever a reading says; only a caller racing the call
 // could make two readings differ.
 template <typename Tr, class AfterRead>
-__device__ __forceinline__ bool decode_unit_body(KdaDecodeSmem<Tr>& sm, const KdaDecodeArgs& a, const KdaDecodeUnit& own,
-                                                 uint32_t phase, AfterRead&& after_read) {
+__device__ __forceinline__ bool decode_unit_body(KdaDecodeSmem<Tr>& sm, const KdaDecodeArgs& a,
+                                                 const KdaDecodeUnit& own, uint32_t phase, AfterRead&& after_read) {
   using State = typename Tr::State;
   constexpr int D = Tr::kDim, RPT = Tr::kRowsPerThread_, kVec = Tr::kVec;
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;

@@ -1017,24 +1017,25 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   } else {
     // Thread 0 reads each unit one unit ahead into sm.next (stage_unit: its slot, -1 where not live,
     // and out's rows), where nothing of it takes a register through the walk.
-    // (32-bit unit indices: the dispatcher launches at most INT32_MAX units)
-    const int stride = int(gridDim.x);
-    int u = int(blockIdx.x);
+    // (32-bit unit indices: the dispatcher launches at most INT32_MAX units, so that u + stride, at most
+    // INT32_MAX + gridDim.x, stays below 2^32)
+    const uint32_t stride = gridDim.x;
+    uint32_t u = blockIdx.x;
     if (tid == 0) {
       init_barriers();
-      stage_unit(sm, a, u);
+      stage_unit(sm, a, int64_t(u));
       if (sm.next.read_slot >= 0)
 #pragma unroll
         for (int p = 0; p < Tr::kRowPasses_; ++p) copy_pass(sm, sm.next.rows, p);
     }
     uint32_t phase = 0;  // of the copies' mbarriers: flips with every live unit
-    for (; u < int(a.units); u += stride) {
+    for (; int64_t(u) < a.units; u += stride) {
       if (tid == 0) {
         const bool live = sm.next.read_slot >= 0;
         sm.read_slot = sm.next.read_slot;
         sm.out_begin = sm.next.out_begin, sm.out_length = sm.next.out_length;
         sm.fold_unsafe = 0;
-        stage_unit(sm, a, u + stride);
+        stage_unit(sm, a, int64_t(u + stride));
         // (a unit that is not live leaves both buffers free at once)
         if (!live && sm.next.read_slot >= 0)
 #pragma unroll

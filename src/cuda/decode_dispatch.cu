@@ -15,21 +15,19 @@ Status decode(const DecodeParams& p, cudaStream_t stream) {
   const int64_t HV = p.heads_v > 0 ? p.heads_v : p.heads;
   if (N == 0 || p.seqlen == 0) return Status::Ok();
 
-  sm90::KdaDecodeArgs a = sm90::decode_kernel_args(p);
+  const sm90::KdaDecodeArgs a = sm90::decode_kernel_args(p);
   const int64_t D = p.head_dim_k, pairs = N * HV;
-  const sm90::DecodeShape shape = sm90::decode_shape(p.state_dtype, pairs, D, sm_count,
-                                                     p.cu_seqlens == nullptr && p.seqlen == 1, p.slots_per_seq > 1);
+  const sm90::DecodeShape shape =
+      sm90::decode_shape(p.state_dtype, pairs, D, sm_count, p.cu_seqlens == nullptr && p.seqlen == 1,
+                         p.slots_per_seq > 1);
   if (pairs * (D / (16 * shape.rows_per_thread)) > INT32_MAX)
     return {StatusCode::kUnsupported, "q: too many (sequence, head) pairs for one launch"};
 
   // validate() admits K = V = 128 and 64 for the CUDA decode.
   const cudaError_t e = sm90::with_decode_traits(p.state_dtype, D, shape, [&](auto tr) {
     using Tr = decltype(tr);
-    a.units = pairs * Tr::kSlices;
-    const int64_t ctas =
-        Tr::kStream_ ? sm90::decode_stream_ctas(a.units, sm90::decode_stream_ctas_per_sm<Tr>(), sm_count) : a.units;
-    return sm90::launch_kda_decode<typename Tr::State, Tr::kDim, Tr::kRowsPerThread_, Tr::kRowPasses_, Tr::kMatrix_,
-                                   Tr::kStream_>(a, ctas, stream);
+    return sm90::launch_kda_decode<typename Tr::State, Tr::kDim, Tr::kRowsPerThread_, Tr::kRowPasses_, Tr::kMatrix_>(
+        a, pairs * Tr::kSlices, stream);
   });
   if (e != cudaSuccess) return cuda_error("kernel launch", e);
   return Status::Ok();

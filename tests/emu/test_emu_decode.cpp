@@ -2,8 +2,7 @@
 // host emulation of the device (simt_emulation.h), against the float64 reference backend's decode on a
 // copy of the same pool (docs/testing.md, "Kernels on the CPU"): fp32 and bf16 pools, 1..8 tokens, K = V =
 // 128 and 64, every rows-per-thread shape and the two passes of bf16 pools (forced, and as the dispatcher
-// chooses them for a given SM count), streaming CTAs on grids of several units a CTA, speculative
-// slots with num_accepted_tokens, packed batches, GVA,
+// chooses them for a given SM count), speculative slots with num_accepted_tokens, packed batches, GVA,
 // both gate forms, beta up to 2. Padding sequences (a -1 slot, num_accepted_tokens 0) and slots the kernel
 // must ignore (an index at or past the pool's end, which the host check would refuse: handed to the kernel
 // behind the check's back) leave their pool slots and out rows byte for byte as they were. Timing and
@@ -39,8 +38,6 @@ struct EmuShape {
   int rows = 0, passes = 0;
   int fold = -1;    // multi-token steps fold the decays: -1 as the library (kDecodeFoldSteps), 0 no, 1 yes
   int matrix = -1;  // multi-token steps as tensor-core products: -1 as the library (kDecodeMatrixSteps), 0, 1
-  int stream = -1;  // streaming CTAs (two passes only): -1 as the dispatcher, 0, 1
-  int ctas = 0;     // streaming: the grid's CTAs (0: as the dispatcher, decode_stream_ctas)
 };
 
 Status emulated_decode(DecodeParams p, int sm_count, EmuShape force, const int32_t* kernel_indices, EmuShape* used) {
@@ -64,22 +61,13 @@ Status emulated_decode(DecodeParams p, int sm_count, EmuShape force, const int32
   // thread, also for fixed batches of one token a step, which the kernel takes as any other length)
   const bool matrix_shape = !speculative && shape.rows_per_thread == 4;
   shape.matrix = matrix_shape && (force.matrix >= 0 ? force.matrix == 1 : dispatcher_matrix);
-  if (force.stream >= 0) shape.stream = force.stream == 1;
-  shape.stream = shape.stream && shape.row_passes == 2;
   try {
     sm90::with_decode_traits(p.state_dtype, D, shape, [&](auto tr) {
       using Tr = decltype(tr);
       used->rows = Tr::kRowsPerThread_;
       used->passes = Tr::kRowPasses_;
       used->matrix = Tr::kMatrix_ ? 1 : 0;
-      used->stream = Tr::kStream_ ? 1 : 0;
-      a.units = pairs * Tr::kSlices;
-      int64_t ctas = a.units;
-      if (Tr::kStream_)
-        ctas = force.ctas > 0 ? std::min<int64_t>(force.ctas, a.units)
-                              : sm90::decode_stream_ctas(a.units, sm90::decode_stream_ctas_per_sm<Tr>(), sm_count);
-      used->ctas = int(ctas);
-      emu::launch(unsigned(ctas), Tr::kThreads, sizeof(sm90::KdaDecodeSmem<Tr>),
+      emu::launch(unsigned(pairs * Tr::kSlices), Tr::kThreads, sizeof(sm90::KdaDecodeSmem<Tr>),
                   [&] { sm90::kda_decode_kernel<Tr>(a); });
       return 0;
     });
@@ -95,17 +83,14 @@ struct DecodeCase {
   int rows = 0;    // rows per thread; 0: the dispatcher's choice for sm_count
   int passes = 0;  // passes over a CTA's rows (2: bf16, D = 128, 4 rows); 0: the dispatcher's choice
   int sm_count = 132;
-  int64_t S = 1;           // slots per sequence (> 1: speculative)
-  int64_t stride = 0;      // of the index rows (0: S)
-  bool accepted = false;   // speculative with num_accepted_tokens
-  int expect_rows = 0;     // the dispatcher must choose this (0: not checked)
-  int expect_passes = 0;   // and this
-  int expect_matrix = -1;  // and this (1: the matrix step; -1: not checked)
-  int fold = -1;           // EmuShape::fold
-  int matrix = -1;         // EmuShape::matrix
-  int stream = -1;         // EmuShape::stream
-  int ctas = 0;            // EmuShape::ctas
-  int expect_stream = -1;  // the dispatcher must choose this (1: streaming CTAs; -1: not checked)
+  int64_t S = 1;          // slots per sequence (> 1: speculative)
+  int64_t stride = 0;     // of the index rows (0: S)
+  bool accepted = false;  // speculative with num_accepted_tokens
+  int expect_rows = 0;    // the dispatcher must choose this (0: not checked)
+  int expect_passes = 0;  // and this
+  int expect_matrix = -1; // and this (1: the matrix step; -1: not checked)
+  int fold = -1;          // EmuShape::fold
+  int matrix = -1;        // EmuShape::matrix
 };
 
 std::ostream& operator<<(std::ostream& os, const DecodeCase& c) { return os << c.name; }
@@ -154,13 +139,9 @@ std::vector<DecodeCase> decode_cases() {
     c.cfg.seqlen = w.tokens;
     c.cfg.state_dtype = w.dtype;
     c.sm_count = w.sms;
-    const bool fp32_stream = sm90::kDecodeStreamFp32 && w.dtype == DType::kF32 && w.rows == 4;
-    c.expect_rows = fp32_stream ? 2 : w.rows;
-    c.expect_passes = fp32_stream ? 2 : w.passes;
+    c.expect_rows = w.rows;
+    c.expect_passes = w.passes;
     c.expect_matrix = w.matrix;
-    // (streaming: the two-pass shapes, as the library's rule says for either step form)
-    c.expect_stream =
-        fp32_stream || (w.passes == 2 && (w.matrix ? sm90::kDecodeStreamMatrix : sm90::kDecodeStreamOneToken));
     cases.push_back(c);
   }
   // Speculative: num_accepted_tokens picks the read column; sequence 0 skips its last write, 1 is
@@ -313,19 +294,13 @@ TEST_P(EmulatedDecode, MatchesTheFloat64Reference) {
   d.out = out.data();
   d.state = pool.data();
   EmuShape used;
-  s = emulated_decode(d, c.sm_count, EmuShape{c.rows, c.passes, c.fold, c.matrix, c.stream, c.ctas},
-                      kernel_indices.data(), &used);
+  s = emulated_decode(d, c.sm_count, EmuShape{c.rows, c.passes, c.fold, c.matrix}, kernel_indices.data(), &used);
   ASSERT_TRUE(s.ok()) << s.message;
   const int rows_used = used.rows, passes_used = used.passes;
   if (c.expect_rows) EXPECT_EQ(rows_used, c.expect_rows) << "the dispatcher's rows per thread";
   if (c.expect_passes) EXPECT_EQ(passes_used, c.expect_passes) << "the dispatcher's passes";
   if (c.passes) EXPECT_EQ(passes_used, c.passes) << "the passes forced";
   if (c.expect_matrix >= 0) EXPECT_EQ(used.matrix, c.expect_matrix) << "the dispatcher's step form";
-  if (c.expect_stream >= 0) EXPECT_EQ(used.stream, c.expect_stream) << "the dispatcher's streaming";
-  if (c.stream == 1) {
-    EXPECT_EQ(used.stream, 1) << "streaming forced";
-    if (c.ctas > 0) EXPECT_EQ(used.ctas, c.ctas) << "the streaming grid forced";
-  }
 
   // out: the reference's poisoned elements (padding sequences) poisoned, the others close.
   std::vector<double> got_out, want_out;
@@ -360,8 +335,8 @@ TEST_P(EmulatedDecode, MatchesTheFloat64Reference) {
   ASSERT_GT(written, 0);
   ASSERT_TRUE(all_finite(got_state)) << "a written slot not written everywhere (or not finite)";
   const double e_out = rel_error(got_out, want_out), e_state = rel_error(got_state, want_state);
-  std::printf("  %-34s rows %d  passes %d  ctas %d  slots %d  out %.2e  state %.2e\n", c.name.c_str(), rows_used,
-              passes_used, used.ctas, written, e_out, e_state);
+  std::printf("  %-34s rows %d  passes %d  slots %d  out %.2e  state %.2e\n", c.name.c_str(), rows_used, passes_used,
+              written, e_out, e_state);
   // As tests/cpp/test_decode.cpp's bounds for the fp32 CPU paths against the reference (rounded to
   // the same dtypes): out 1e-3; state 1e-4 (fp32), 5e-4 (bf16: fp32 and float64 results a few 1e-6
   // apart round to different bf16 neighbours for ~0.1 % of the elements).
@@ -384,8 +359,8 @@ std::vector<DecodeCase> step_form_cases() {
     if (c.S > 1) continue;  // (speculative steps take the token walk, unfolded)
     const int dispatcher_rows = c.expect_rows;
     c.expect_rows = c.expect_passes = 0;  // (the forms forced, not the dispatcher's choice, are checked)
-    c.expect_matrix = c.expect_stream = -1;
-    if (!several) {  // one token a step: the matrix step forced (the folded walk needs two)
+    c.expect_matrix = -1;
+    if (!several) {         // one token a step: the matrix step forced (the folded walk needs two)
       if (dispatcher_rows != 0 || c.rows != 4) continue;
       c.matrix = 1;
       c.name += "_matrix";
@@ -412,50 +387,6 @@ std::vector<DecodeCase> step_form_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(EmulationStepForms, EmulatedDecode, ::testing::ValuesIn(step_form_cases()),
-                         [](const ::testing::TestParamInfo<DecodeCase>& i) { return i.param.name; });
-
-// Streaming CTAs (KdaDecodeTraits::kStream_), whatever the library's defaults: every case that is not
-// speculative at D = 128, on a grid of one CTA (every unit in turn on the same buffers) and of three
-// (units 3 apart: live units after padding ones and the reverse, CTAs with 2 and 3 units), and on the
-// dispatcher's grid for one SM — on a bf16 pool in the two-pass shape of 4 rows a thread, in both step
-// forms (the token walk, which streams fixed batches of one token, and the matrix step), and on an
-// fp32 pool in two passes of 2 rows a thread (kDecodeStreamFp32: the token walk). Of the cases that
-// force a shape, those of the streaming shape's dtype and rows (bf16: the two-pass ones; fp32: 4 rows
-// in one pass) stand for their step length.
-std::vector<DecodeCase> streaming_cases(DType dtype) {
-  const bool bf16 = dtype == DType::kBF16;
-  std::vector<DecodeCase> out;
-  for (DecodeCase c : decode_cases()) {
-    if (c.S > 1 || c.cfg.head_dim_k != 128) continue;
-    if (c.rows != 0 && !(c.rows == 4 && c.passes == (bf16 ? 2 : 1) && c.cfg.state_dtype == dtype)) continue;
-    if (c.cfg.state_dtype != dtype) c.name += bf16 ? "_as_bf16" : "_as_fp32";
-    c.cfg.state_dtype = dtype;
-    c.rows = bf16 ? 4 : 2;
-    c.passes = 2;
-    c.expect_rows = c.expect_passes = 0;
-    c.expect_matrix = c.expect_stream = -1;
-    c.stream = 1;
-    for (int matrix : {0, 1})
-      for (int ctas : {1, 3, 0}) {
-        if (matrix && !bf16) continue;
-        DecodeCase x = c;
-        x.matrix = matrix;
-        x.fold = matrix ? 0 : -1;
-        x.ctas = ctas;
-        x.sm_count = 1;
-        x.name += std::string(matrix ? "_matrix"
-                              : bf16 ? "_walk"
-                                     : "_r2p2") +
-                  "_stream" + (ctas ? std::to_string(ctas) : "_sm1");
-        out.push_back(x);
-      }
-  }
-  return out;
-}
-
-INSTANTIATE_TEST_SUITE_P(EmulationStreaming, EmulatedDecode, ::testing::ValuesIn(streaming_cases(DType::kBF16)),
-                         [](const ::testing::TestParamInfo<DecodeCase>& i) { return i.param.name; });
-INSTANTIATE_TEST_SUITE_P(EmulationStreamingFp32, EmulatedDecode, ::testing::ValuesIn(streaming_cases(DType::kF32)),
                          [](const ::testing::TestParamInfo<DecodeCase>& i) { return i.param.name; });
 
 }  // namespace

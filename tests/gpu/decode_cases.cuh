@@ -194,14 +194,14 @@ std::vector<DecodeCase> decode_cases() {
     for (int i = 0; i < 80; ++i) lens.insert(lens.end(), {2, 0, 8, 1, 5, 4, 3, 7, 6});
     c = decode_varlen("bf16 varlen 720 x 0..8 (matrix step)", lens); c.state = DType::kBF16; add(c);
   }
-  // Many units a CTA where the two-pass kernels stream (kDecodeStreamMatrix, kDecodeStreamOneToken:
-  // 2640 pairs on 132 SMs, 5 units a CTA), padding sequences among them.
-  c = decode_fixed("2640 pairs bf16 T=4 padding (5 units a CTA)", 660, 4); c.state = DType::kBF16; c.padding = true; add(c);
-  c = decode_fixed("2640 pairs bf16 T=1 padding (5 units a CTA)", 660, 1); c.state = DType::kBF16; c.padding = true; add(c);
+  // Many waves of the two-pass kernels (2640 pairs on 132 SMs: five CTAs for each slot an SM has),
+  // padding sequences among them.
+  c = decode_fixed("2640 pairs bf16 T=4 padding (many waves)", 660, 4); c.state = DType::kBF16; c.padding = true; add(c);
+  c = decode_fixed("2640 pairs bf16 T=1 padding (many waves)", 660, 1); c.state = DType::kBF16; c.padding = true; add(c);
   {
     std::vector<int64_t> lens;
     for (int i = 0; i < 300; ++i) lens.insert(lens.end(), {2, 0, 8, 1, 5, 4, 3, 7, 6});
-    c = decode_varlen("bf16 varlen 2700 x 0..8 (5 units a CTA)", lens); c.state = DType::kBF16; add(c);
+    c = decode_varlen("bf16 varlen 2700 x 0..8 (many waves)", lens); c.state = DType::kBF16; add(c);
   }
   c = decode_fixed("640 pairs bf16 spec (one pass)", 160, 2); c.S = 2; c.accepted = true; c.state = DType::kBF16; add(c);
   {

@@ -80,8 +80,8 @@ TEST(CudaSanitize, Forward) {
 // Decode: speculative with padding (fp32, 1 row a thread), 4 rows a thread on a bf16 pool (one pass,
 // two with one token a step, many waves of CTAs with padding and speculative slots), and the gate forms'
 // branches (the softplus gate, no A_log), several tokens a step on 4 rows a thread (fp32: the token
-// walk; bf16 at 640 pairs and more: the matrix step) with padding and packed batches, five units a
-// CTA where the two-pass kernels stream; K = V = 64 likewise (1 and 4 rows a thread).
+// walk; bf16 at 640 pairs and more: the matrix step) with padding and packed batches; K = V = 64
+// likewise (1 and 4 rows a thread).
 TEST(CudaSanitize, Decode) {
   for (const char* name : {"spec S=3 padding", "320 pairs bf16 spec", "528 pairs bf16 padding (two passes)",
                            "640 pairs bf16 padding (two passes)", "640 pairs bf16 spec (one pass)",
@@ -90,7 +90,6 @@ TEST(CudaSanitize, Decode) {
                            "D=64 spec S=3 padding", "D=64 1080 pairs bf16 spec", "D=64 softplus spec S=3 padding bf16",
                            "D=64 A_log=None spec S=4 T=2 stride 6 bf16", "320 pairs T=4 padding",
                            "640 pairs bf16 T=8 sigmoid floor padding", "bf16 varlen 720 x 0..8 (matrix step)",
-                           "2640 pairs bf16 T=4 padding (5 units a CTA)", "2640 pairs bf16 T=1 padding (5 units a CTA)",
                            "D=64 1080 pairs T=4 padding"}) {
     for (const DecodeCase& dc : decode_cases()) {
       if (dc.name != name) continue;

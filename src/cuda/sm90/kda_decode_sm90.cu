@@ -5,42 +5,39 @@
 
 namespace flash_kda::cuda::sm90 {
 
-template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses, bool kMatrix, bool kStream>
-cudaError_t launch_kda_decode(const KdaDecodeArgs& args, int64_t ctas, cudaStream_t stream) {
-  using Tr = KdaDecodeTraits<StateT, kHeadDim, kRowsPerThread, kRowPasses, kMatrix, kStream>;
+template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses, bool kMatrix>
+cudaError_t launch_kda_decode(const KdaDecodeArgs& args, int64_t units, cudaStream_t stream) {
+  using Tr = KdaDecodeTraits<StateT, kHeadDim, kRowsPerThread, kRowPasses, kMatrix>;
   constexpr int kSmem = int(sizeof(KdaDecodeSmem<Tr>));
   if constexpr (kSmem > 48 * 1024) {
     // (the largest carveout: four such CTAs an SM)
     const cudaError_t e = raise_smem_limit<kda_decode_kernel<Tr>>(kSmem, true);
     if (e != cudaSuccess) return e;
   }
-  kda_decode_kernel<Tr><<<dim3(static_cast<unsigned>(ctas)), Tr::kThreads, kSmem, stream>>>(args);
+  kda_decode_kernel<Tr><<<dim3(static_cast<unsigned>(units)), Tr::kThreads, kSmem, stream>>>(args);
   return cudaGetLastError();
 }
 
-#define FLASH_KDA_DECODE_INSTANCE(S, D, R, P, M, X) \
-  template cudaError_t launch_kda_decode<S, D, R, P, M, X>(const KdaDecodeArgs&, int64_t, cudaStream_t);
-FLASH_KDA_DECODE_INSTANCE(float, 128, 1, 1, false, false)
-FLASH_KDA_DECODE_INSTANCE(float, 128, 2, 1, false, false)
-FLASH_KDA_DECODE_INSTANCE(float, 128, 2, 2, false, true)
-FLASH_KDA_DECODE_INSTANCE(float, 128, 4, 1, false, false)
-FLASH_KDA_DECODE_INSTANCE(float, 128, 4, 1, true, false)
-FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 1, 1, false, false)
-FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 2, 1, false, false)
-FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 4, 1, false, false)
-FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 4, 1, true, false)
-FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 4, 2, false, false)
-FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 4, 2, true, false)
-FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 4, 2, false, true)
-FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 4, 2, true, true)
-FLASH_KDA_DECODE_INSTANCE(float, 64, 1, 1, false, false)
-FLASH_KDA_DECODE_INSTANCE(float, 64, 2, 1, false, false)
-FLASH_KDA_DECODE_INSTANCE(float, 64, 4, 1, false, false)
-FLASH_KDA_DECODE_INSTANCE(float, 64, 4, 1, true, false)
-FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 64, 1, 1, false, false)
-FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 64, 2, 1, false, false)
-FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 64, 4, 1, false, false)
-FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 64, 4, 1, true, false)
+#define FLASH_KDA_DECODE_INSTANCE(S, D, R, P, M) \
+  template cudaError_t launch_kda_decode<S, D, R, P, M>(const KdaDecodeArgs&, int64_t, cudaStream_t);
+FLASH_KDA_DECODE_INSTANCE(float, 128, 1, 1, false)
+FLASH_KDA_DECODE_INSTANCE(float, 128, 2, 1, false)
+FLASH_KDA_DECODE_INSTANCE(float, 128, 4, 1, false)
+FLASH_KDA_DECODE_INSTANCE(float, 128, 4, 1, true)
+FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 1, 1, false)
+FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 2, 1, false)
+FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 4, 1, false)
+FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 4, 1, true)
+FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 4, 2, false)
+FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 128, 4, 2, true)
+FLASH_KDA_DECODE_INSTANCE(float, 64, 1, 1, false)
+FLASH_KDA_DECODE_INSTANCE(float, 64, 2, 1, false)
+FLASH_KDA_DECODE_INSTANCE(float, 64, 4, 1, false)
+FLASH_KDA_DECODE_INSTANCE(float, 64, 4, 1, true)
+FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 64, 1, 1, false)
+FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 64, 2, 1, false)
+FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 64, 4, 1, false)
+FLASH_KDA_DECODE_INSTANCE(__nv_bfloat16, 64, 4, 1, true)
 #undef FLASH_KDA_DECODE_INSTANCE
 
 }  // namespace flash_kda::cuda::sm90

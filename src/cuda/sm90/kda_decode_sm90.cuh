@@ -76,7 +76,6 @@ struct KdaDecodeArgs {
   bool softplus_gate;  // GateForm::kSoftplus: a = -exp(A_log) softplus(g + dt_bias), no floor
   bool cu_seqlens_i64;
   bool fold_steps;  // steps of several tokens fold the decays into the token vectors (kDecodeFoldSteps)
-  int64_t units;    // work units (sequences × heads × slices); the grid has as many CTAs, or fewer streaming
 };
 
 // Whether decode steps of several tokens fold the decays into the token vectors (the kernel's
@@ -97,24 +96,9 @@ inline constexpr bool kDecodeFoldSteps = true;
 // one token a step and on every shape it can run on.
 inline constexpr bool kDecodeMatrixSteps = true;
 
-// Whether the two-pass kernels (bf16 pools at D = 128, a whole head a CTA, 4 pairs an SM or more)
-// stream (KdaDecodeTraits::kStream_): a grid of at most 4 CTAs an SM (decode_stream_ctas), each
-// walking its units with the next unit's rows copied into a pass's buffer as soon as this unit's are
-// in registers — for matrix steps (kDecodeStreamMatrix) and for fixed batches of one token a step
-// (kDecodeStreamOneToken). Off until timed.
-inline constexpr bool kDecodeStreamMatrix = false;
-inline constexpr bool kDecodeStreamOneToken = false;
-// fp32 pools at D = 128 where 4 rows a thread are taken (not speculative): instead, CTAs of 64 rows in
-// two passes of 32 (2 rows a thread, 16 KB a pass), streaming. Off until timed.
-inline constexpr bool kDecodeStreamFp32 = false;
-
 // Compile-time shape of the kernel: StateT is float or __nv_bfloat16, kHeadDim (K = V) 128 or 64,
-// kRowsPerThread 1, 2 or 4, kRowPasses 1 or 2 (2: D = 128 only; bf16 pools with 4 rows a thread, the
-// whole head a CTA, or fp32 pools streaming with 2),
-// kMatrix the matrix step, kStream streaming CTAs (two passes only: each CTA walks units gridDim.x apart,
-// the next unit's rows copied into a pass's buffer as soon as this unit's are in registers).
-template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses = 1, bool kMatrix = false,
-          bool kStream = false>
+// kRowsPerThread 1, 2 or 4, kRowPasses 1 or 2 (2: D = 128 with 4 rows a thread only, the whole head a CTA).
+template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses = 1, bool kMatrix = false>
 struct KdaDecodeTraits {
   using State = StateT;
   static constexpr int kDim = kHeadDim;              // K = V
@@ -128,7 +112,6 @@ struct KdaDecodeTraits {
   static constexpr int kRowPasses_ = kRowPasses;
   // every step a matrix step (the host launches this kernel only for steps that are not speculative)
   static constexpr bool kMatrix_ = kMatrix;
-  static constexpr bool kStream_ = kStream;
   // rows in registers at a time (16·kRowsPerThread), and of the CTA
   static constexpr int kPassRows = kWarps * kRowGroups * kRowsPerThread;
   static constexpr int kRows = kPassRows * kRowPasses;
@@ -144,17 +127,10 @@ struct KdaDecodeTraits {
   // keeps the registers per thread, the 16 warps and the 128 KB per SM with twice the CTAs (8 of
   // ~26 KB of shared memory fit as well).
   // (Two passes: ~50 KB of shared memory a CTA, 4 CTAs an SM as well.)
-  // (Streaming: 4, which the shared memory of either two-pass shape allows too.)
-  static constexpr int kMinBlocks = kStream ? 4
-                                            : (kRowsPerThread >= 4   ? 4
-                                               : kRowsPerThread == 2 ? 5
-                                                                     : 6) *
-                                                  128 / kThreads;
+  static constexpr int kMinBlocks = (kRowsPerThread >= 4 ? 4 : kRowsPerThread == 2 ? 5 : 6) * 128 / kThreads;
   static_assert(kDim == 128 || kDim == 64, "the decode kernel is built for K = V = 128 and 64");
   static_assert(kRowPasses == 1 || kRowPasses == 2, "one or two passes over a CTA's rows");
   static_assert(!kMatrix || kRowsPerThread == 4, "the matrix step: 4 rows a thread");
-  static_assert(!kStream || kRowPasses == 2, "streaming CTAs: a pass's buffer is refilled while the other is walked");
-  static_assert(kRowPasses == 1 || kDim == 128, "two passes at D = 128 only");
   static_assert(kDim % kRows == 0, "the rows of S must split evenly over the CTAs of a head");
   static_assert(kRows % 8 == 0, "out is written in 16-byte pieces of 8 rows");
   static_assert(kMaxTokens * kRows / 8 <= kThreads, "one thread per 16-byte piece of out");
@@ -331,22 +307,9 @@ struct KdaDecodeSmem {
   int64_t read_slot;  // the slot thread 0 copied the rows from, or -1: the unit is not live (decode_unit)
   int64_t out_begin;  // thread 0's token range, which the rows of out written at the end follow
   int out_length;
-  int fold_unsafe;                   // some column's decay product is out of the folded walk's range
-  struct {                           // streaming: thread 0's reading of the CTA's next unit (stage_unit)
-    const typename Tr::State* rows;  // its rows in the pool (live only)
-    int64_t read_slot, out_begin;    // as read_slot and out_begin above
-    int out_length;
-  } next;
+  int fold_unsafe;                    // some column's decay product is out of the folded walk's range
   alignas(16) float decay[Tr::kDim];  // the folded walk: c_T, each column's decay over the step's tokens
 };
-
-// Streaming CTAs an SM: as many as the registers allow (kMinBlocks) and the shared memory (228 KB an
-// SM on the H100 and H200, 1 KB of it reserved a CTA).
-template <typename Tr>
-constexpr int decode_stream_ctas_per_sm() {
-  constexpr int kFit = (228 * 1024) / (int(sizeof(KdaDecodeSmem<Tr>)) + 1024);
-  return kFit < Tr::kMinBlocks ? kFit : Tr::kMinBlocks;
-}
 
 // ---- the matrix step: a step of several tokens as tensor-core products ----
 //
@@ -494,11 +457,10 @@ __device__ __forceinline__ void matrix_operands(KdaDecodeSmem<Tr>& sm, int lengt
 
 // The matrix step's walk, each warp its kWarpRows rows of each pass: the state from shared memory
 // into the accumulator fragments, the products, δ and out for each row, the update, the rows back to
-// `dst` (the slot's rows of this CTA). `length` as for matrix_operands; `phase` the parity of the
-// copies' mbarrier phase; after_read(pass) once the warp's rows of the pass are in registers.
-template <class Tr, int kTT, class AfterRead>
+// `dst` (the slot's rows of this CTA). `length` as for matrix_operands.
+template <class Tr, int kTT>
 __device__ __forceinline__ void matrix_walk(KdaDecodeSmem<Tr>& sm, typename Tr::State* dst, int length, int warp,
-                                            int lane, uint32_t phase, AfterRead&& after_read) {
+                                            int lane) {
   using Shape = DecodeMatrixShape<Tr>;
   using State = typename Tr::State;
   constexpr int NT = Shape::kTiles, MT = Shape::kMTiles, V = Tr::kVec, TV = Shape::kTileVec, D = Tr::kDim;
@@ -509,7 +471,7 @@ __device__ __forceinline__ void matrix_walk(KdaDecodeSmem<Tr>& sm, typename Tr::
   for (int pass = 0; pass < Tr::kRowPasses_; ++pass) {
     // rows row0 + 16 mt and row0 + 16 mt + 8 (of the CTA's slice)
     const int row0 = (pass * Tr::kWarps + warp) * Shape::kWarpRows + g;
-    mbarrier_wait(&sm.state_loaded[pass], phase);
+    mbarrier_wait(&sm.state_loaded[pass], 0);
     float st[MT][NT][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -525,7 +487,6 @@ __device__ __forceinline__ void matrix_walk(KdaDecodeSmem<Tr>& sm, typename Tr::
             st[mt][grp * TV + jj][2 * h + 1] = x[2 * jj + 1];
           }
         }
-    after_read(pass);
     // The products: acc[mt][x] = S0 rows × the 8 columns of tile x of [c_t ⊙ k_t | c_t ⊙ q_t].
     // (kChains independent accumulators a tile, summed at the end: the main products of tile j go to
     // chain j % kChains and the rest terms to the next chain, so that no chain of dependent MMAs is
@@ -668,66 +629,54 @@ __device__ __forceinline__ void write_out(KdaDecodeSmem<Tr>& sm, const KdaDecode
   }
 }
 
-// Where unit x's rows (its slice of its head in its read slot; x live) start in the pool.
-template <typename Tr>
-__device__ __forceinline__ const typename Tr::State* unit_rows(const KdaDecodeArgs& a, const KdaDecodeUnit& x) {
-  constexpr int D = Tr::kDim;
-  return static_cast<const typename Tr::State*>(a.state) + int64_t(x.read_slot) * a.heads_v * D * D +
-         int64_t(x.hv) * D * D + int64_t(x.slice) * Tr::kRows * D;
-}
+}  // namespace decode_detail
 
-// Thread 0: the bulk copy of pass `pass`'s rows of the unit whose rows start at `src` into the pass's
-// buffer, onto the pass's mbarrier.
+// One CTA a work unit: unit blockIdx.x (grid = sequences × heads × Tr::kSlices).
 template <typename Tr>
-__device__ __forceinline__ void copy_pass(KdaDecodeSmem<Tr>& sm, const typename Tr::State* src, int pass) {
-  mbarrier_arrive_expect_tx(&sm.state_loaded[pass], Tr::kPassBytes);
-  bulk_copy_g2s(&sm.state[pass * Tr::kPassRows][0], src + pass * Tr::kPassRows * Tr::kDim, Tr::kPassBytes,
-                &sm.state_loaded[pass]);
-}
-
-// Thread 0: its reading of the unit for the whole CTA (sm.read_slot, -1 where not live; out's rows).
-template <typename Tr>
-__device__ __forceinline__ void publish_unit(KdaDecodeSmem<Tr>& sm, const KdaDecodeUnit& x) {
-  sm.read_slot = x.live ? int64_t(x.read_slot) : -1;
-  sm.out_begin = x.begin, sm.out_length = x.length;
-  sm.fold_unsafe = 0;
-}
-
-// Thread 0, streaming: its reading of unit u (none past the last) into sm.next, for the CTA once the
-// unit before it is done.
-template <typename Tr>
-__device__ __forceinline__ void stage_unit(KdaDecodeSmem<Tr>& sm, const KdaDecodeArgs& a, int64_t u) {
-  KdaDecodeUnit x{};
-  if (u < a.units) x = decode_unit(a, decode_unit_tokens<Tr>(a, u));
-  sm.next.read_slot = x.live ? int64_t(x.read_slot) : -1;
-  sm.next.out_begin = x.begin, sm.next.out_length = x.length;
-  sm.next.rows = x.live ? unit_rows<Tr>(a, x) : nullptr;
-}
-
-// One work unit on the CTA, after thread 0 published its reading of it (publish_unit) and issued the
-// copies of its rows if it is live: the token vectors, the walk, out. `phase`: the parity of the
-// copies' mbarrier phase; after_read(pass) once every thread's rows of the pass are in its registers
-// (the pass's buffer is then free). Returns whether the unit was live (the same for every thread).
-//
-// Whether the CTA waits for a copy and where the rows go back follow thread 0's one reading, taken
-// after the barrier that ends the token vectors, so the copy, the wait for it and the write-back
-// agree even if the caller changed cu_seqlens, num_accepted or the slots during the call (a wait on
-// a copy never issued would hang the CTA). Everything else -- the token vectors and the walk's tokens
-// -- comes from each thread's own reading of the token range (`own`), at once: waiting at a barrier
-// for thread 0's reading first measured 1-4 % slower on most rows, and taking the walk's tokens from
-// shared memory 9-14 % on the bf16 T = 4 ones (H100, docs/perf_log.md session 28). Those loads and the
-// walk stay inside the tensors and buffers whatever a reading says; only a caller racing the call
-// could make two readings differ.
-template <typename Tr, class AfterRead>
-__device__ __forceinline__ bool decode_unit_body(KdaDecodeSmem<Tr>& sm, const KdaDecodeArgs& a,
-                                                 const KdaDecodeUnit& own, uint32_t phase, AfterRead&& after_read) {
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
+    kda_decode_kernel(const __grid_constant__ KdaDecodeArgs a) {
+  using namespace decode_detail;
   using State = typename Tr::State;
   constexpr int D = Tr::kDim, RPT = Tr::kRowsPerThread_, kVec = Tr::kVec;
+  FLASH_KDA_DYNAMIC_SMEM(smem_bytes);  // (sizeof(KdaDecodeSmem<Tr>): launch_kda_decode)
+  auto& sm = *reinterpret_cast<KdaDecodeSmem<Tr>*>(smem_bytes);
+
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int lr = lane % Tr::kLanesPerRow, row_group = lane / Tr::kLanesPerRow;
   State* const pool = static_cast<State*>(a.state);
-  // (the unit's head and slice: the same in every thread's reading)
+
+  // Thread 0 reads the CTA's unit (decode_unit) and, if it is live, issues the bulk copy of each
+  // pass's rows, in flight while the CTA prepares the token vectors below; it leaves the slot it
+  // copied from (or -1) in sm.read_slot. Whether the CTA waits for a copy and where the rows go back
+  // follow that one reading, taken after the barrier that ends the token vectors, so the copy, the
+  // wait for it and the write-back agree even if the caller changed cu_seqlens, num_accepted or the
+  // slots during the call (a wait on a copy never issued would hang the CTA). Everything else --
+  // the token vectors and the walk's tokens -- comes from each thread's own reading of the token
+  // range, at once, as before thread 0 read the unit: waiting at a barrier for thread 0's reading
+  // first measured 1-4 % slower on most rows, and taking the walk's tokens from shared memory 9-14 %
+  // on the bf16 T = 4 ones (H100, docs/perf_log.md session 28). Those loads and the walk stay inside
+  // the tensors and buffers whatever a reading says; only a caller racing the call could make two
+  // readings differ.
+  const KdaDecodeUnit own = decode_unit_tokens<Tr>(a, int64_t(blockIdx.x));
+  // (the unit's head and slice are blockIdx.x's: the same in every thread's reading)
   const int64_t head_offset = int64_t(own.hv) * D * D + int64_t(own.slice) * Tr::kRows * D;
+  if (tid == 0) {
+#pragma unroll
+    for (int p = 0; p < Tr::kRowPasses_; ++p) mbarrier_init(&sm.state_loaded[p], 1);
+    const KdaDecodeUnit x = decode_unit(a, own);
+    sm.read_slot = x.live ? int64_t(x.read_slot) : -1;
+    sm.out_begin = x.begin, sm.out_length = x.length;
+    sm.fold_unsafe = 0;
+    if (x.live) {
+      const State* src = pool + int64_t(x.read_slot) * a.heads_v * D * D + head_offset;
+#pragma unroll
+      for (int p = 0; p < Tr::kRowPasses_; ++p) {
+        mbarrier_arrive_expect_tx(&sm.state_loaded[p], Tr::kPassBytes);
+        bulk_copy_g2s(&sm.state[p * Tr::kPassRows][0], src + p * Tr::kPassRows * D, Tr::kPassBytes,
+                      &sm.state_loaded[p]);
+      }
+    }
+  }
   const int hv = own.hv, h = own.h, slice = own.slice;
   const int64_t batch_row = own.batch_row;
   const bool speculative = a.slots_per_seq > 1;
@@ -805,7 +754,7 @@ __device__ __forceinline__ bool decode_unit_body(KdaDecodeSmem<Tr>& sm, const Kd
   }
   __syncthreads();  // the token vectors, sm.read_slot and the mbarriers' initialisation for every thread
   const int64_t read_slot = sm.read_slot;
-  if (read_slot < 0) return false;  // not live (the same word for the whole CTA: a uniform return)
+  if (read_slot < 0) return;  // not live (the same word for the whole CTA: a uniform return)
   // The walk's token count is this thread's own reading: no CTA barrier lies inside the walk, so
   // threads that read differently (a caller changing cu_seqlens during the call) walk different
   // counts of tokens inside the buffers, without a hang or an access out of bounds.
@@ -829,10 +778,10 @@ __device__ __forceinline__ bool decode_unit_body(KdaDecodeSmem<Tr>& sm, const Kd
     State* dst = pool + read_slot * a.heads_v * D * D + head_offset;
     if (fold_length <= 4) {
       matrix_operands<Tr, 4>(sm, fold_length, tid);
-      matrix_walk<Tr, 4>(sm, dst, fold_length, warp, lane, phase, after_read);
+      matrix_walk<Tr, 4>(sm, dst, fold_length, warp, lane);
     } else {
       matrix_operands<Tr, 8>(sm, fold_length, tid);
-      matrix_walk<Tr, 8>(sm, dst, fold_length, warp, lane, phase, after_read);
+      matrix_walk<Tr, 8>(sm, dst, fold_length, warp, lane);
     }
     write_out(sm, a, batch_row, hv, slice, tid);
   } else {
@@ -876,13 +825,12 @@ __device__ __forceinline__ bool decode_unit_body(KdaDecodeSmem<Tr>& sm, const Kd
         // (row within the slice)
         auto row_of = [&](int i) { return ((pass * Tr::kWarps + warp) * RPT + i) * Tr::kRowGroups + row_group; };
         float s[RPT][Tr::kCols];
-        mbarrier_wait(&sm.state_loaded[pass], phase);
+        mbarrier_wait(&sm.state_loaded[pass], 0);
 #pragma unroll
         for (int i = 0; i < RPT; ++i)
 #pragma unroll
           for (int j = 0; j < Tr::kChunks; ++j)
             load_state_vec(&sm.state[row_of(i)][Tr::column(lr, j, 0)], &s[i][j * kVec]);
-        after_read(pass);
 
         auto store_rows = [&](int64_t slot) {
           State* dst = pool + slot * a.heads_v * D * D + head_offset;
@@ -979,90 +927,12 @@ __device__ __forceinline__ bool decode_unit_body(KdaDecodeSmem<Tr>& sm, const Kd
       walk(std::false_type{});
     write_out(sm, a, batch_row, hv, slice, tid);
   }
-  return true;
 }
 
-}  // namespace decode_detail
-
-// One CTA a work unit (unit blockIdx.x; grid = sequences × heads × Tr::kSlices), or, streaming
-// (Tr::kStream_), a CTA walks units blockIdx.x, blockIdx.x + gridDim.x, ... (a.units in all): thread 0
-// reads the next unit when this one starts and, as soon as every thread has this unit's rows of a
-// pass in registers, bulk-copies the next unit's rows of that pass into the pass's buffer, so that an
-// SM's copies stay in flight while its CTAs compute (with one unit a CTA, a CTA's copy starts only
-// once the CTA does, after the previous CTA on its SM stored its rows).
-template <typename Tr>
-__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
-    kda_decode_kernel(const __grid_constant__ KdaDecodeArgs a) {
-  using namespace decode_detail;
-  FLASH_KDA_DYNAMIC_SMEM(smem_bytes);  // (sizeof(KdaDecodeSmem<Tr>): launch_kda_decode)
-  auto& sm = *reinterpret_cast<KdaDecodeSmem<Tr>*>(smem_bytes);
-  const int tid = int(threadIdx.x), warp = tid / 32;
-  auto init_barriers = [&] {
-#pragma unroll
-    for (int p = 0; p < Tr::kRowPasses_; ++p) mbarrier_init(&sm.state_loaded[p], 1);
-  };
-  if constexpr (!Tr::kStream_) {
-    // Thread 0 reads the CTA's unit (decode_unit) and, if it is live, issues the bulk copy of each
-    // pass's rows, in flight while the CTA prepares the token vectors.
-    const KdaDecodeUnit own = decode_unit_tokens<Tr>(a, int64_t(blockIdx.x));
-    if (tid == 0) {
-      init_barriers();
-      const KdaDecodeUnit x = decode_unit(a, own);
-      publish_unit(sm, x);
-      if (x.live)
-#pragma unroll
-        for (int p = 0; p < Tr::kRowPasses_; ++p) copy_pass(sm, unit_rows<Tr>(a, x), p);
-    }
-    decode_unit_body(sm, a, own, 0u, [](int) {});
-  } else {
-    // Thread 0 reads each unit one unit ahead into sm.next (stage_unit: its slot, -1 where not live,
-    // and out's rows), where nothing of it takes a register through the walk.
-    // (32-bit unit indices: the dispatcher launches at most INT32_MAX units, so that u + stride, at most
-    // INT32_MAX + gridDim.x, stays below 2^32)
-    const uint32_t stride = gridDim.x;
-    uint32_t u = blockIdx.x;
-    if (tid == 0) {
-      init_barriers();
-      stage_unit(sm, a, int64_t(u));
-      if (sm.next.read_slot >= 0)
-#pragma unroll
-        for (int p = 0; p < Tr::kRowPasses_; ++p) copy_pass(sm, sm.next.rows, p);
-    }
-    uint32_t phase = 0;  // of the copies' mbarriers: flips with every live unit
-    for (; int64_t(u) < a.units; u += stride) {
-      if (tid == 0) {
-        const bool live = sm.next.read_slot >= 0;
-        sm.read_slot = sm.next.read_slot;
-        sm.out_begin = sm.next.out_begin, sm.out_length = sm.next.out_length;
-        sm.fold_unsafe = 0;
-        stage_unit(sm, a, int64_t(u + stride));
-        // (a unit that is not live leaves both buffers free at once)
-        if (!live && sm.next.read_slot >= 0)
-#pragma unroll
-          for (int p = 0; p < Tr::kRowPasses_; ++p) copy_pass(sm, sm.next.rows, p);
-      }
-      const bool live = decode_unit_body(sm, a, decode_unit_tokens<Tr>(a, u), phase, [&](int pass) {
-        // Every warp has its rows of the pass in registers (named barrier 1 + pass: the other warps
-        // arrive, warp 0 waits) before thread 0 lets the next unit's copy overwrite them.
-        if (warp == 0)
-          ptx::bar_sync(1 + pass, Tr::kThreads);
-        else
-          ptx::bar_arrive(1 + pass, Tr::kThreads);
-        if (tid == 0 && sm.next.read_slot >= 0) {
-          fence_proxy_async_shared();  // (the generic reads of the buffer before the async copy's writes)
-          copy_pass(sm, sm.next.rows, pass);
-        }
-      });
-      if (live) phase ^= 1u;
-      __syncthreads();  // this unit's out written and its reading used before thread 0 publishes the next
-    }
-  }
-}
-
-// Launches the kernel for args.units = sequences × heads × Tr::kSlices work units on `ctas` CTAs
-// (units, one a CTA; fewer streaming: decode_stream_ctas) (kda_decode_sm90.cu).
-template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses, bool kMatrix, bool kStream>
-cudaError_t launch_kda_decode(const KdaDecodeArgs& args, int64_t ctas, cudaStream_t stream);
+// Launches the kernel for `units` = sequences × heads × Tr::kSlices work units, one CTA each
+// (kda_decode_sm90.cu).
+template <typename StateT, int kHeadDim, int kRowsPerThread, int kRowPasses, bool kMatrix>
+cudaError_t launch_kda_decode(const KdaDecodeArgs& args, int64_t units, cudaStream_t stream);
 
 // ---- the host side of a launch, shared by src/cuda/decode_dispatch.cu (the GPU) and
 // tests/emu/test_emu_decode.cpp (the emulation), so that both run the same arguments and shapes ----
@@ -1121,17 +991,7 @@ struct DecodeShape {
   int rows_per_thread;
   int row_passes;
   bool matrix = false;
-  bool stream = false;  // streaming CTAs (two passes only: kDecodeStreamMatrix, kDecodeStreamOneToken)
 };
-
-// CTAs of a streaming grid for `units` work units: at most ctas_per_sm an SM, and as few as give each
-// CTA the same number of units (give or take one) as with all of them.
-inline int64_t decode_stream_ctas(int64_t units, int ctas_per_sm, int sm_count) {
-  const int64_t slots = int64_t(ctas_per_sm) * sm_count;
-  if (units <= slots) return units;
-  const int64_t per_cta = (units + slots - 1) / slots;
-  return (units + per_cta - 1) / per_cta;
-}
 
 inline DecodeShape decode_shape(DType state, int64_t pairs, int64_t D, int sm_count, bool one_token, bool speculative) {
   const int rows_per_thread = decode_rows_per_thread(pairs, D, sm_count);
@@ -1142,18 +1002,12 @@ inline DecodeShape decode_shape(DType state, int64_t pairs, int64_t D, int sm_co
     shape.matrix = true;
     shape.row_passes = 2;
   }
-  shape.stream = shape.row_passes == 2 && (shape.matrix ? kDecodeStreamMatrix : kDecodeStreamOneToken);
-  if (kDecodeStreamFp32 && state == DType::kF32 && D == 128 && rows_per_thread == 4 && !speculative) {
-    shape.rows_per_thread = 2;
-    shape.row_passes = 2;
-    shape.stream = true;
-  }
   return shape;
 }
 
 // Calls f(Tr{}) with the traits of the state dtype, D (128 or 64), rows per thread (4, 2, else 1),
-// passes (2 only at D = 128: bf16 with 4 rows a thread, fp32 streaming with 2; else 1), the matrix step
-// (4 rows a thread) and streaming (two passes).
+// passes (2 only with a bf16 state, D = 128 and 4 rows a thread, else 1) and the matrix step (4 rows
+// a thread).
 template <class F>
 auto with_decode_traits(DType state, int64_t D, const DecodeShape& shape, F&& f) {
   auto rows = [&](auto st, auto d) {
@@ -1162,18 +1016,11 @@ auto with_decode_traits(DType state, int64_t D, const DecodeShape& shape, F&& f)
     switch (shape.rows_per_thread) {
       case 4:
         if constexpr (kD == 128 && std::is_same_v<S, __nv_bfloat16>)
-          if (shape.row_passes == 2) {
-            if (shape.stream)
-              return shape.matrix ? f(KdaDecodeTraits<S, kD, 4, 2, true, true>{})
-                                  : f(KdaDecodeTraits<S, kD, 4, 2, false, true>{});
+          if (shape.row_passes == 2)
             return shape.matrix ? f(KdaDecodeTraits<S, kD, 4, 2, true>{}) : f(KdaDecodeTraits<S, kD, 4, 2>{});
-          }
         if (shape.matrix) return f(KdaDecodeTraits<S, kD, 4, 1, true>{});
         return f(KdaDecodeTraits<S, kD, 4>{});
-      case 2:
-        if constexpr (kD == 128 && std::is_same_v<S, float>)
-          if (shape.row_passes == 2 && shape.stream) return f(KdaDecodeTraits<S, kD, 2, 2, false, true>{});
-        return f(KdaDecodeTraits<S, kD, 2>{});
+      case 2: return f(KdaDecodeTraits<S, kD, 2>{});
       default: return f(KdaDecodeTraits<S, kD, 1>{});
     }
   };

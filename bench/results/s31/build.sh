@@ -1,5 +1,5 @@
 #!/bin/bash
-# (Ran at 9b3e0d0, where the streaming flags existed; main dropped them at ae07a3e: check out 9b3e0d0 to rebuild.)
+# (Ran at be450b1, where the streaming flags existed; main dropped them at ae07a3e: check out be450b1 to rebuild.)
 # Builds what bench/results/s31/run2.sh runs, on the development machine (no GPU), from the
 # checked-out tree in build-m (configured with tests and benchmarks): s = streaming CTAs on for the
 # two-pass kernels (kDecodeStreamMatrix, kDecodeStreamOneToken) and fp32 pools in two passes of 2 rows

@@ -433,14 +433,15 @@ __device__ __forceinline__ void matrix_operands(KdaDecodeSmem<Tr>& sm, int lengt
   // The products' B (k = columns, n = 8 columns of [c_t ⊙ k_t | c_t ⊙ q_t] a tile): lane (g, tq) of
   // tile (x, j) holds n = g at column(j, tq, 0) and column(j, tq, 1).
 #pragma unroll
-  for (int x = 0; x < kXTiles; ++x)
+  for (int x = 0; x < kXTiles; ++x) {
 #pragma unroll
     for (int g = 0; g < 8; ++g) {
       const int u = 8 * x + g;
       reinterpret_cast<float*>(&sm.mat.x[x][j][4 * g + tq])[e] = u < kTT ? kc[u] : qc[u - kTT];
     }
-    // The update's B (k = tokens, n = the tile's columns, n = 2 tq + e at column(j, tq, e)): lane
-    // (g, tq') holds tokens tq' and tq' + 4 of n = g; zeros for tokens past kTT.
+  }
+  // The update's B (k = tokens, n = the tile's columns, n = 2 tq + e at column(j, tq, e)): lane
+  // (g, tq') holds tokens tq' and tq' + 4 of n = g; zeros for tokens past kTT.
 #pragma unroll
   for (int t = 0; t < 8; ++t)
     reinterpret_cast<float*>(&sm.mat.k[j][4 * (2 * tq + e) + (t & 3)])[t >> 2] = t < kTT ? kr[t] : 0.f;
